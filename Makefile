@@ -1,0 +1,32 @@
+# torchneuron — the two commands a new machine needs are `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test test-all lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $(STAMP)
+
+demo: install  ## a real training run on the simulated NeuronCore
+	$(PY) -m torchneuron.demo
+
+test: install  ## the CI suite (fast tier; see `make test-all`)
+	$(PY) -m pytest -q -m "not slow" tests
+
+test-all: install  ## every test, including the slow ones
+	$(PY) -m pytest -q tests
+
+lint: install
+	$(VENV)/bin/ruff check torchneuron tests bench
+
+bench: install  ## eager overhead vs CPU eager, figures for docs/performance.md
+	$(PY) bench/eager_overhead.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

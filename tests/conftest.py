@@ -1,0 +1,39 @@
+"""Shared fixtures: the neuron device is registered by `import torch` (entry point)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+DEVICE = "neuron"
+
+
+@pytest.fixture
+def small_hbm():
+    """Temporarily shrink the simulated HBM so that OOM paths are cheap to reach."""
+    from torchneuron.runtime import state
+
+    alloc = state.allocator()
+    saved = alloc.capacity
+    alloc.empty_cache()
+    alloc.capacity = alloc.reserved + 64 * 1024 * 1024
+    try:
+        yield alloc
+    finally:
+        alloc.capacity = saved
+
+
+@pytest.fixture(autouse=True)
+def _no_pending_device_error():
+    """Every test starts and ends with an empty device error slot."""
+    from torchneuron.runtime.errors import ERRORS
+
+    ERRORS.take()
+    yield
+    leftover = ERRORS.take()
+    assert leftover is None, f"test left a pending device error: {leftover and leftover.cause}"
+
+
+def assert_close(dev: torch.Tensor, ref: torch.Tensor, **kw) -> None:
+    assert dev.device.type == DEVICE, dev.device
+    torch.testing.assert_close(dev.cpu(), ref, **kw)

@@ -1,0 +1,71 @@
+"""The device is registered through PyTorch's own mechanisms and behaves like one."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import torch
+
+
+def test_autoload_without_importing_torchneuron():
+    code = (
+        "import sys, torch\n"
+        "assert torch.accelerator.current_accelerator().type == 'neuron'\n"
+        "x = torch.ones(2, device='neuron') + 1\n"
+        "assert x.cpu().tolist() == [2.0, 2.0]\n"
+        "assert 'torchneuron' in sys.modules\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def test_accelerator_api():
+    assert torch.accelerator.is_available()
+    assert torch.accelerator.current_accelerator() == torch.device("neuron")
+    assert torch.accelerator.device_count() == 1
+    torch.accelerator.synchronize()
+    s = torch.accelerator.current_stream()
+    assert s.device.type == "neuron"
+    assert s == torch.neuron.default_stream()
+
+
+def test_tensor_and_module_helpers():
+    t = torch.arange(4.0)
+    n = t.neuron()
+    assert n.device == torch.device("neuron", 0)
+    assert n.is_neuron
+    m = torch.nn.Linear(2, 2).neuron()
+    assert m.weight.device.type == "neuron"
+    assert torch.device("neuron").type == "neuron"
+
+
+def test_real_device_storage():
+    t = torch.randn(3, 5).to("neuron")
+    st = t.untyped_storage()
+    assert st.device.type == "neuron"
+    assert st.nbytes() == 60
+    assert t.data_ptr() != 0
+    u = torch.randn(3, 5).to("neuron")
+    assert u.data_ptr() != t.data_ptr()
+
+
+def test_numpy_on_device_tensor_points_to_cpu():
+    t = torch.ones(2, device="neuron")
+    try:
+        t.numpy()
+    except TypeError as e:
+        assert "Use Tensor.cpu()" in str(e)
+    else:
+        raise AssertionError("numpy() on a device tensor must fail")
+
+
+def test_only_one_device():
+    import pytest
+
+    with pytest.raises(RuntimeError, match="neuron:1 does not exist"):
+        torch.empty(2, device="neuron:1")
+    with pytest.raises(RuntimeError, match="does not exist"):
+        torch.neuron.set_device(1)

@@ -1,0 +1,84 @@
+"""torchneuron: a native PyTorch backend for AWS Trainium, on a simulated NeuronCore by default.
+
+Installing the package is enough: PyTorch loads it through the ``torch.backends`` entry point
+when ``torch`` is imported, which renames the PrivateUse1 device to ``neuron``, installs the
+device's kernels and exposes ``torch.neuron``.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+__version__ = "0.1.0"
+
+from .ops.tracking import clear_op_tracking, get_executed_ops, get_fallback_ops  # noqa: E402
+from .runtime.errors import NeuronRuntimeError  # noqa: E402
+
+__all__ = [
+    "NeuronRuntimeError",
+    "clear_op_tracking",
+    "get_executed_ops",
+    "get_fallback_ops",
+    "is_registered",
+]
+
+_lock = threading.Lock()
+_registered = False
+
+
+class _Hooks(torch._C._acc.PrivateUse1Hooks):
+    def is_available(self) -> bool:
+        return True
+
+    def has_primary_context(self, dev_id) -> bool:
+        return True
+
+    def is_built(self) -> bool:
+        return True
+
+
+class _Guard(torch._C._acc.DeviceGuard):
+    def type_(self):
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+def _register() -> None:
+    global _registered
+    with _lock:
+        if _registered:
+            return
+        from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+        current = torch._C._get_privateuse1_backend_name()
+        if current not in ("privateuseone", "neuron"):
+            raise RuntimeError(
+                f"torchneuron cannot register: the PrivateUse1 device is already named {current!r} "
+                "by another backend in this process"
+            )
+        from . import device as neuron_module
+
+        if current == "privateuseone":
+            _setup_privateuseone_for_python_backend(
+                "neuron", backend_module=neuron_module, hook=_Hooks(), device_guard=_Guard()
+            )
+        from .ops import registry  # kernels refer to the `neuron` device: import after renaming
+
+        registry.install()
+        from . import torch_glue
+
+        torch_glue.install()
+        _registered = True
+
+
+def _autoload() -> None:
+    """Entry point called by ``import torch`` (group ``torch.backends``)."""
+    _register()
+
+
+def is_registered() -> bool:
+    return _registered
+
+
+_register()

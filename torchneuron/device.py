@@ -1,0 +1,243 @@
+"""The ``torch.neuron`` module: device, memory, RNG and stream API (names as in torch.cuda).
+
+One logical NeuronCore per process (``neuron:0``), as TorchNeuron runs one core per rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .runtime import queue as _queue
+from .runtime import rng as _rng
+from .runtime import state as _state
+from .runtime.errors import ERRORS
+from .runtime.queue import Event, Stream, current_stream, default_stream, set_stream, stream
+
+__all__ = [
+    "is_available", "is_initialized", "init", "device_count", "current_device", "set_device",
+    "device", "get_device_name", "get_device_properties", "get_device_capability",
+    "synchronize", "is_bf16_supported",
+    "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+    "reset_peak_memory_stats", "reset_max_memory_allocated", "memory_stats", "memory_summary",
+    "mem_get_info", "empty_cache",
+    "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed", "get_rng_state",
+    "set_rng_state", "get_rng_state_all", "set_rng_state_all",
+    "Stream", "Event", "stream", "current_stream", "default_stream", "set_stream",
+    "get_amp_supported_dtype",
+]
+
+
+@dataclass(frozen=True)
+class NeuronDeviceProperties:
+    name: str
+    target: str
+    total_memory: int
+    logical_core_count: int  # physical NeuronCores behind this logical core (LNC)
+    logical_cores_per_chip: int
+    type: str = "neuron"
+
+    def __repr__(self) -> str:
+        return (
+            f"NeuronDeviceProperties(name='{self.name}', target='{self.target}', "
+            f"total_memory={self.total_memory // (1024 * 1024)}MB, "
+            f"logical_core_count={self.logical_core_count})"
+        )
+
+
+def _index(device: Any) -> int:
+    if device is None:
+        return 0
+    if isinstance(device, int):
+        idx = device
+    else:
+        d = torch.device(device) if not isinstance(device, torch.device) else device
+        if d.type != "neuron":
+            raise ValueError(f"Expected a neuron device, but got: {d}")
+        idx = 0 if d.index is None else d.index
+    if idx not in (0, -1):
+        raise RuntimeError(
+            f"neuron:{idx} does not exist: each process drives one logical NeuronCore (neuron:0); "
+            "run one process per core with torchrun to use several"
+        )
+    return 0
+
+
+# ---- device ----------------------------------------------------------------------------------
+def is_available() -> bool:
+    return True
+
+
+def is_initialized() -> bool:
+    return True
+
+
+def init() -> None:
+    return None
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+def device_count() -> int:
+    return 1
+
+
+def current_device() -> int:
+    return 0
+
+
+def set_device(device: Any) -> None:
+    _index(device)
+
+
+class device:  # noqa: N801 - torch.cuda.device is a lowercase context manager too
+    """Context manager selecting a neuron device (only ``neuron:0`` exists)."""
+
+    def __init__(self, device: Any):
+        self.idx = _index(device)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def get_device_name(device: Any = None) -> str:
+    _index(device)
+    return _state.target().device_name
+
+
+def get_device_properties(device: Any = None) -> NeuronDeviceProperties:
+    _index(device)
+    t = _state.target()
+    return NeuronDeviceProperties(
+        name=t.device_name,
+        target=t.name,
+        total_memory=t.hbm_bytes,
+        logical_core_count=t.lnc,
+        logical_cores_per_chip=t.logical_cores_per_chip,
+    )
+
+
+def get_device_capability(device: Any = None) -> tuple[int, int]:
+    _index(device)
+    return (2, 0) if _state.target().name == "trn2" else (3, 0)
+
+
+def synchronize(device: Any = None) -> None:
+    """Wait for all work on the device; raises the earliest deferred device error, if any."""
+    _index(device)
+    _queue.QUEUE.synchronize()
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    return True
+
+
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    return [torch.bfloat16, torch.float16]
+
+
+# ---- memory ----------------------------------------------------------------------------------
+def memory_allocated(device: Any = None) -> int:
+    _index(device)
+    return _state.allocator().allocated
+
+
+def max_memory_allocated(device: Any = None) -> int:
+    _index(device)
+    return _state.allocator().peak_allocated
+
+
+def memory_reserved(device: Any = None) -> int:
+    _index(device)
+    return _state.allocator().reserved
+
+
+def max_memory_reserved(device: Any = None) -> int:
+    _index(device)
+    return _state.allocator().peak_reserved
+
+
+def reset_peak_memory_stats(device: Any = None) -> None:
+    _index(device)
+    _state.allocator().reset_peak()
+
+
+def reset_max_memory_allocated(device: Any = None) -> None:
+    reset_peak_memory_stats(device)
+
+
+def memory_stats(device: Any = None) -> dict[str, int]:
+    _index(device)
+    return _state.allocator().stats()
+
+
+def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
+    _index(device)
+    return _state.allocator().summary(_state.target().name)
+
+
+def mem_get_info(device: Any = None) -> tuple[int, int]:
+    """(free, total) bytes of the logical core's HBM."""
+    _index(device)
+    a = _state.allocator()
+    return (a.capacity - a.reserved, a.capacity)
+
+
+def empty_cache() -> None:
+    _state.allocator().empty_cache()
+
+
+# ---- RNG -------------------------------------------------------------------------------------
+def manual_seed(seed: int) -> None:
+    _rng.manual_seed(seed)
+
+
+def manual_seed_all(seed: int) -> None:
+    _rng.manual_seed(seed)
+
+
+def seed() -> None:
+    _rng.seed()
+
+
+def seed_all() -> None:
+    _rng.seed()
+
+
+def initial_seed() -> int:
+    return _rng.initial_seed()
+
+
+def get_rng_state(device: Any = "neuron") -> torch.Tensor:
+    _index(device)
+    return _rng.get_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device: Any = "neuron") -> None:
+    _index(device)
+    _rng.set_state(new_state)
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    return [_rng.get_state()]
+
+
+def set_rng_state_all(new_states) -> None:
+    for s in new_states:
+        _rng.set_state(s)
+
+
+# ---- deferred errors (not in torch.cuda: useful for tests and tools) -------------------------
+def has_pending_error() -> bool:
+    return ERRORS.pending
+
+
+# the streams API is re-exported from the runtime queue
+_ = (Stream, Event, stream, current_stream, default_stream, set_stream)

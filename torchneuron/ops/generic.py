@@ -1,0 +1,250 @@
+"""The generic device kernel: runs any ATen operator on device memory.
+
+The simulated NeuronCore executes an operator with the CPU's ATen kernel on *host aliases* of
+the device tensors (the same bytes, no copy), then maps each result back to the device:
+
+* a result that *is* one of the aliases passed in (in-place and ``out=`` ops) → that device
+  tensor (re-pointed if the kernel resized it);
+* a result that shares an input's bytes (a view) → a device view with the same geometry;
+* anything else is fresh memory the kernel allocated → adopted as a device allocation.
+
+Execution follows the chip's contract: the chip's dtype rules are applied, random ops draw from
+the device generator, and an error raised while the kernel *runs* (after its shapes were
+checked) is deferred to the next synchronisation point with its context. Shape and argument
+errors, which the real stack reports while building the launch, raise at once.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils._pytree import tree_map
+
+from ..runtime import rng
+from ..runtime.errors import ERRORS, NeuronRuntimeError, launch_blocking, make_context
+from ..runtime.storage import fresh_host, host, repoint, view_of, wrap_host
+from . import dtype_policy, tracking
+from .opinfo import OpFacts, facts
+
+_Tensor = torch.Tensor
+_Device = torch.device
+_NEURON = "neuron"
+_CPU_DEVICE = torch.device("cpu")
+_META_DEVICE = torch.device("meta")
+
+
+class _Unwrap:
+    """Replaces device tensors by host aliases and remembers which alias stands for which."""
+
+    __slots__ = ("by_ptr", "by_id", "emulate", "fresh")
+
+    def __init__(self, fresh: bool):
+        self.by_ptr: dict[int, _Tensor] = {}
+        self.by_id: dict[int, tuple[_Tensor, _Tensor]] = {}
+        self.emulate = False
+        self.fresh = fresh
+
+    def one(self, a):
+        if type(a) is _Tensor or isinstance(a, _Tensor):
+            if a.device.type != _NEURON:
+                return a
+            h = fresh_host(a) if self.fresh else host(a)
+            self.by_id[id(h)] = (h, a)
+            if h.untyped_storage().nbytes():
+                self.by_ptr.setdefault(h.untyped_storage().data_ptr(), a)
+            if a.dtype in dtype_policy.EMULATED:
+                self.emulate = True
+            return h
+        if type(a) in (list, tuple):
+            return type(a)(self.one(x) for x in a)
+        if type(a) is _Device and a.type == _NEURON:
+            return _CPU_DEVICE  # factory-style ops: the kernel allocates on the host
+        return a
+
+
+def _to_device(r, unwrap: _Unwrap):
+    if isinstance(r, _Tensor):
+        if r.device.type != "cpu":
+            return r
+        hit = unwrap.by_id.get(id(r))
+        if hit is not None and hit[0] is r:
+            return hit[1]
+        st = r.untyped_storage()
+        if st.nbytes():
+            base = unwrap.by_ptr.get(st.data_ptr())
+            if base is not None:
+                return view_of(base, r)
+        dtype_policy.check_supported(r.dtype)
+        return wrap_host(r)
+    if type(r) in (list, tuple):
+        return type(r)(_to_device(x, unwrap) for x in r)
+    return r
+
+
+def _fix_written(f: OpFacts, args, kwargs, hargs, hkwargs) -> None:
+    """After an in-place/out op, re-point device tensors whose host alias was resized."""
+    for w in f.written:
+        if isinstance(w, int):
+            if w >= len(args):
+                continue
+            d, h = args[w], hargs[w]
+        else:
+            if w not in kwargs:
+                continue
+            d, h = kwargs[w], hkwargs[w]
+        if isinstance(d, _Tensor) and isinstance(h, _Tensor):
+            _sync_metadata(d, h)
+        elif isinstance(d, (list, tuple)):
+            for dd, hh in zip(d, h, strict=False):
+                if isinstance(dd, _Tensor) and isinstance(hh, _Tensor):
+                    _sync_metadata(dd, hh)
+
+
+def _sync_metadata(d: _Tensor, h: _Tensor) -> None:
+    if d.device.type != _NEURON:
+        return
+    same_storage = h.untyped_storage().data_ptr() == d.untyped_storage().data_ptr() and (
+        h.untyped_storage().nbytes() == d.untyped_storage().nbytes()
+    )
+    if same_storage and h.shape == d.shape and h.stride() == d.stride() and h.storage_offset() == d.storage_offset():
+        return
+    if same_storage:
+        repoint(d, None, h.shape, h.stride(), h.storage_offset())
+    else:
+        from ..runtime import state
+
+        block = state.allocator().adopt(h.untyped_storage())
+        repoint(d, block, h.shape, h.stride(), h.storage_offset())
+
+
+def _meta(a):
+    if isinstance(a, _Tensor) and a.device.type == _NEURON:
+        return torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="meta")
+    if type(a) is _Device and a.type == _NEURON:
+        return _META_DEVICE
+    return a
+
+
+def _deferred_outputs(op, args, kwargs, f: OpFacts, err: BaseException):
+    """Outputs with the right metadata for an op whose kernel failed while running.
+
+    Raises at once (as the CPU would) when the failure is a shape/argument error, i.e. the
+    op's meta function rejects the inputs too.
+    """
+    try:
+        margs = tree_map(_meta, args)
+        mkwargs = tree_map(_meta, kwargs)
+        mout = op(*margs, **mkwargs)
+    except Exception:
+        raise err from None
+
+    def realise(m, written_iter=None):
+        if isinstance(m, _Tensor):
+            # new device memory of the right geometry, filled with NaN / garbage
+            from ..runtime.storage import empty_device
+
+            t = empty_device(m.shape, m.stride(), m.dtype)
+            if t.numel():
+                host(t).fill_(float("nan") if m.dtype.is_floating_point else 0)
+            return t
+        if type(m) in (list, tuple):
+            return type(m)(realise(x) for x in m)
+        return m
+
+    if f.inplace_or_out:
+        # results of in-place / out= ops are the written arguments themselves
+        written = []
+        for w in f.written:
+            if isinstance(w, int) and w < len(args):
+                written.append(args[w])
+            elif isinstance(w, str) and w in kwargs:
+                written.append(kwargs[w])
+        if len(written) == 1 and not isinstance(mout, (list, tuple)):
+            return written[0]
+        if isinstance(mout, tuple) and len(written) == len(mout):
+            return tuple(written)
+    return realise(mout)
+
+
+def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
+    """Execute ``op`` on the simulated core (see module docstring)."""
+    f = facts(op)
+    if f.sync_point:
+        ERRORS.raise_pending()
+    tracking.executed(f.qualified)
+    unwrap = _Unwrap(fresh=f.metadata_mutating)
+    hargs = tuple(unwrap.one(a) for a in args)
+    hkwargs = {k: unwrap.one(v) for k, v in kwargs.items()} if kwargs else {}
+    if f.generator_name is not None:
+        if f.generator_pos is not None and f.generator_pos < len(hargs):
+            if hargs[f.generator_pos] is None:
+                hargs = hargs[: f.generator_pos] + (rng.generator(),) + hargs[f.generator_pos + 1:]
+        elif hkwargs.get(f.generator_name) is None:
+            hkwargs[f.generator_name] = rng.generator()
+    emulate = unwrap.emulate and not dtype_policy.exact()
+    if emulate:
+        hargs, hkwargs = _narrow_inputs(f, hargs, hkwargs)
+    try:
+        if f.random_without_generator:
+            with rng.as_cpu_default():
+                out = op(*hargs, **hkwargs)
+        else:
+            out = op(*hargs, **hkwargs)
+    except Exception as err:  # noqa: BLE001 - every kernel error follows the queue's contract
+        return _on_error(op, f, args, kwargs, err)
+    if f.inplace_or_out:
+        _fix_written(f, args, kwargs, hargs, hkwargs)
+    if emulate or _has_emulated_output(out):
+        _narrow_outputs(out, unwrap)
+    return _to_device(out, unwrap)
+
+
+def _on_error(op, f: OpFacts, args, kwargs, err: BaseException):
+    ctx = make_context("eager kernel execution", f.qualified, args, kwargs, err)
+    if launch_blocking():
+        outs = _deferred_outputs(op, args, kwargs, f, err)  # raises shape errors as-is
+        del outs
+        raise NeuronRuntimeError(ctx.format(launch_blocking=True), ctx) from err
+    outs = _deferred_outputs(op, args, kwargs, f, err)
+    ERRORS.record(ctx)
+    return outs
+
+
+def _narrow_inputs(f: OpFacts, hargs, hkwargs):
+    written = set(f.written)
+
+    def narrow(i, a):
+        if i in written:
+            return a
+        if isinstance(a, _Tensor):
+            return dtype_policy.narrow_input(a)
+        if type(a) in (list, tuple):
+            return type(a)(dtype_policy.narrow_input(x) if isinstance(x, _Tensor) else x for x in a)
+        return a
+
+    hargs = tuple(narrow(i, a) for i, a in enumerate(hargs))
+    hkwargs = {k: narrow(k, v) for k, v in hkwargs.items()}
+    return hargs, hkwargs
+
+
+def _has_emulated_output(out) -> bool:
+    if isinstance(out, _Tensor):
+        return out.dtype in dtype_policy.EMULATED
+    if type(out) in (list, tuple):
+        return any(isinstance(o, _Tensor) and o.dtype in dtype_policy.EMULATED for o in out)
+    return False
+
+
+def _narrow_outputs(out, unwrap: _Unwrap) -> None:
+    if dtype_policy.exact():
+        return
+    if isinstance(out, _Tensor):
+        if out.dtype in dtype_policy.EMULATED and out.device.type == "cpu":
+            # a view of an input is not a computed value: leave the input's bytes alone
+            st = out.untyped_storage()
+            hit = unwrap.by_id.get(id(out))
+            is_view = st.nbytes() and st.data_ptr() in unwrap.by_ptr and not (hit and hit[0] is out)
+            if not is_view:
+                dtype_policy.narrow_output_(out)
+    elif type(out) in (list, tuple):
+        for o in out:
+            _narrow_outputs(o, unwrap)

@@ -1,0 +1,225 @@
+"""Kernels that define device memory itself: allocation, copies, views, metadata changes.
+
+These cannot go through the generic kernel: they create or re-describe device memory, move
+bytes between host and device, or (``.item()``) are synchronisation points.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch._C import DispatchKey, DispatchKeySet
+
+from ..runtime import state
+from ..runtime.errors import ERRORS
+from ..runtime.storage import block_of, device_tensor, empty_device, host, repoint, wrap_host
+from . import dtype_policy, tracking
+
+aten = torch.ops.aten
+_META = DispatchKeySet(DispatchKey.Meta)
+_CPU = DispatchKeySet(DispatchKey.CPU)
+
+
+def _check_device(device) -> None:
+    if device is None:
+        return
+    d = torch.device(device) if not isinstance(device, torch.device) else device
+    if d.type == "neuron" and d.index not in (None, 0):
+        raise RuntimeError(
+            f"neuron:{d.index} does not exist: each process drives one logical NeuronCore, "
+            "neuron:0 (use torchrun and one process per core to scale out)"
+        )
+
+
+def _contiguous_strides(size, memory_format) -> list[int]:
+    size = list(size)
+    if memory_format == torch.channels_last and len(size) == 4:
+        n, c, h, w = size
+        return [h * w * c, 1, w * c, c]
+    if memory_format == torch.channels_last_3d and len(size) == 5:
+        n, c, d, h, w = size
+        return [d * h * w * c, 1, h * w * c, w * c, c]
+    strides = [1] * len(size)
+    acc = 1
+    for i in range(len(size) - 1, -1, -1):
+        strides[i] = acc
+        acc *= max(size[i], 1)
+    return strides
+
+
+def empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    _check_device(device)
+    dtype = dtype or torch.get_default_dtype()
+    dtype_policy.check_supported(dtype)
+    if any(s < 0 for s in size):
+        raise RuntimeError(f"Trying to create tensor with negative dimension: {list(size)}")
+    mf = memory_format or torch.contiguous_format
+    return empty_device(list(size), _contiguous_strides(size, mf), dtype)
+
+
+def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
+    _check_device(device)
+    dtype = dtype or torch.get_default_dtype()
+    dtype_policy.check_supported(dtype)
+    if any(s < 0 for s in size):
+        raise RuntimeError(f"Trying to create tensor with negative dimension: {list(size)}")
+    return empty_device(list(size), list(stride), dtype)
+
+
+def _src_host(src: torch.Tensor) -> torch.Tensor:
+    return host(src) if src.device.type == "neuron" else src
+
+
+def copy_(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    tracking.executed("aten::copy_")
+    if self.device.type == "neuron":
+        dtype_policy.check_supported(self.dtype)
+        if self.numel():
+            host(self).copy_(_src_host(src))
+    else:
+        # device -> host: the host must see finished device work (a synchronisation point)
+        ERRORS.raise_pending()
+        self.copy_(_src_host(src))
+    return self
+
+
+def _copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    return copy_(dst, src, non_blocking)
+
+
+def _copy_from_and_resize(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+    if dst.shape != src.shape:
+        resize_(dst, src.shape)
+    return copy_(dst, src)
+
+
+def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
+    tracking.executed("aten::_to_copy")
+    target = torch.device(device) if device is not None else self.device
+    dtype = dtype or self.dtype
+    src = _src_host(self)
+    if target.type == "neuron":
+        _check_device(target)
+        dtype_policy.check_supported(dtype)
+        if memory_format in (None, torch.preserve_format):
+            out = src.to(dtype=dtype, copy=True)
+        else:
+            out = src.to(dtype=dtype, memory_format=memory_format, copy=True)
+        if self.device.type == "neuron" and out.dtype in dtype_policy.EMULATED and out.dtype != self.dtype and not dtype_policy.exact():
+            dtype_policy.narrow_output_(out)
+        return wrap_host(out)
+    ERRORS.raise_pending()
+    kw = {} if memory_format in (None, torch.preserve_format) else {"memory_format": memory_format}
+    out = src.to(device=target, dtype=dtype, copy=True, **kw)
+    return out.pin_memory() if pin_memory else out
+
+
+def local_scalar_dense(self: torch.Tensor):
+    ERRORS.raise_pending()
+    tracking.executed("aten::_local_scalar_dense")
+    return host(self).item()
+
+
+# ---- views: same storage, new geometry (the Meta kernels compute it) ------------------------
+def _meta_view(op):
+    handle = op._handle
+
+    def kernel(*args, **kwargs):
+        return handle.redispatch_boxed(_META, *args, **kwargs)
+
+    return kernel
+
+
+VIEW_OPS = (
+    aten.view.default,
+    aten.as_strided.default,
+    aten._reshape_alias.default,
+    aten.unfold.default,
+    aten.view_as_real.default,
+    aten.view_as_complex.default,
+)
+
+
+# ---- metadata-changing in-place ops -----------------------------------------------------------
+def resize_(self: torch.Tensor, size, memory_format=None) -> torch.Tensor:
+    size = list(size)
+    if any(s < 0 for s in size):
+        raise RuntimeError(f"Trying to create tensor with negative dimension: {size}")
+    strides = _contiguous_strides(size, memory_format or torch.contiguous_format)
+    numel = 1
+    for s in size:
+        numel *= s
+    need = (self.storage_offset() + numel) * self.element_size() if numel else 0
+    have = self.untyped_storage().nbytes()
+    if need <= have:
+        repoint(self, None, size, strides, self.storage_offset())
+        return self
+    block = state.allocator().allocate(need)
+    if have:
+        torch.empty(0, dtype=torch.uint8).set_(block.host)[:have].copy_(
+            torch.empty(0, dtype=torch.uint8).set_(block_of(self).host)[:have]
+        )
+    repoint(self, block, size, strides, self.storage_offset())
+    return self
+
+
+def resize_as_(self, the_template, *, memory_format=None):
+    return resize_(self, the_template.shape, memory_format)
+
+
+def set_source_tensor(self: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+    return set_source_storage_offset(self, source.untyped_storage(), source.storage_offset(), source.shape, source.stride())
+
+
+def set_source_storage(self: torch.Tensor, source) -> torch.Tensor:
+    n = source.nbytes() // self.element_size()
+    return set_source_storage_offset(self, source, 0, [n], [1])
+
+
+def set_source_storage_offset(self, source, storage_offset, size, stride=()):
+    if not stride:
+        stride = _contiguous_strides(size, torch.contiguous_format)
+    if source.device.type != "neuron":
+        raise RuntimeError(
+            f"Attempted to set the storage of a neuron tensor to a storage on {source.device}; "
+            "move the data with .to('neuron') first"
+        )
+    aten.set_.source_Storage_storage_offset._handle.redispatch_boxed(_CPU, self, source, storage_offset, size, stride)
+    return self
+
+
+def set_empty(self: torch.Tensor) -> torch.Tensor:
+    blk = state.allocator().allocate(0)
+    repoint(self, blk, [0], [1], 0)
+    return self
+
+
+def record_stream(self, stream) -> None:
+    return None  # one in-order queue: nothing to track
+
+
+def _pin_memory(self, device=None):
+    raise RuntimeError("pin_memory() is for CPU tensors; this tensor is already on neuron")
+
+
+def is_pinned(self, device=None) -> bool:
+    return False
+
+
+KERNELS = {
+    "empty.memory_format": empty_memory_format,
+    "empty_strided": empty_strided,
+    "copy_": copy_,
+    "_copy_from": _copy_from,
+    "_copy_from_and_resize": _copy_from_and_resize,
+    "_to_copy": _to_copy,
+    "_local_scalar_dense": local_scalar_dense,
+    "resize_": resize_,
+    "resize_as_": resize_as_,
+    "set_.source_Tensor": set_source_tensor,
+    "set_.source_Storage": set_source_storage,
+    "set_.source_Storage_storage_offset": set_source_storage_offset,
+    "set_": set_empty,
+    "record_stream": record_stream,
+}
+
+__all__ = ["KERNELS", "VIEW_OPS", "device_tensor"]

@@ -1,0 +1,85 @@
+"""Installs the device's kernels into PyTorch's dispatcher under the PrivateUse1 key.
+
+Every ATen overload that reaches a backend kernel gets a direct PrivateUse1 registration (the
+generic device kernel unless a dedicated one exists): a registered kernel costs about a
+microsecond to enter, a boxed Python fallback tens of microseconds, and functional structured
+ops would otherwise run as ``empty`` + ``op.out`` (two trips). View-producing composite ops
+keep PyTorch's composite kernels, which build the view through ``as_strided``. Operators of
+other namespaces (torchvision, custom ops) reach the generic kernel through the boxed fallback.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import autocast, compute_kernels, generic, memory_ops
+
+_libs: list[torch.library.Library] = []
+_has = torch._C._dispatch_has_kernel_for_dispatch_key
+
+
+def _boxed_fallback(keyset, op, *args, **kwargs):
+    return generic.run(op, args, kwargs)
+
+
+def _generic_kernel(op):
+    run = generic.run
+
+    def kernel(*args, **kwargs):
+        return run(op, args, kwargs)
+
+    kernel.__name__ = f"neuron_{op.__name__}"
+    return kernel
+
+
+def _returns_view(op) -> bool:
+    return any(r.alias_info is not None and not r.alias_info.is_write for r in op._schema.returns)
+
+
+def _wants_generic(qualname: str, op) -> bool:
+    if _has(qualname, "PrivateUse1") or _has(qualname, "CompositeImplicitAutograd"):
+        return False
+    if _has(qualname, "CompositeExplicitAutograd"):
+        # composite view ops build their views through as_strided; keep them
+        return not _returns_view(op)
+    return True
+
+
+def _aten_overloads():
+    for qualname in torch._C._dispatch_get_all_op_names():
+        if not qualname.startswith("aten::"):
+            continue
+        name = qualname[len("aten::"):]
+        base, _, overload = name.partition(".")
+        packet = getattr(torch.ops.aten, base, None)
+        if packet is None:
+            continue
+        try:
+            op = getattr(packet, overload or "default")
+        except AttributeError:
+            continue
+        yield qualname, name, op
+
+
+def install() -> None:
+    if _libs:
+        return
+    impl = torch.library.Library("aten", "IMPL")
+    dedicated: set[str] = set()
+    for table in (memory_ops.KERNELS, compute_kernels.KERNELS):
+        for name, fn in table.items():
+            impl.impl(name, fn, "PrivateUse1")
+            dedicated.add(name)
+    for op in memory_ops.VIEW_OPS:
+        overload = op._overloadname
+        name = op._schema.name.split("::", 1)[1] + ("" if overload == "default" else f".{overload}")
+        impl.impl(name, memory_ops._meta_view(op), "PrivateUse1")
+        dedicated.add(name)
+    for qualname, name, op in _aten_overloads():
+        if name in dedicated or not _wants_generic(qualname, op):
+            continue
+        impl.impl(name, _generic_kernel(op), "PrivateUse1")
+    fallback = torch.library.Library("_", "IMPL")
+    fallback.fallback(_boxed_fallback, dispatch_key="PrivateUse1", with_keyset=True)
+    _libs.extend([impl, fallback])
+    autocast.install()

@@ -1,0 +1,35 @@
+"""Operator placement tracking: which ATen operators ran on the device, which fell back.
+
+``get_executed_ops()`` and ``get_fallback_ops()`` use TorchNeuron's names; counts are per
+``aten::name.overload`` since the last ``clear_op_tracking()``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+_executed: Counter[str] = Counter()
+_fallback: Counter[str] = Counter()
+
+
+def executed(name: str) -> None:
+    _executed[name] += 1
+
+
+def fell_back(name: str) -> None:
+    _fallback[name] += 1
+
+
+def get_executed_ops() -> dict[str, int]:
+    """Operators executed on the NeuronCore since the last clear, with counts."""
+    return dict(_executed)
+
+
+def get_fallback_ops() -> dict[str, int]:
+    """Operators that ran on the CPU (fallback) since the last clear, with counts."""
+    return dict(_fallback)
+
+
+def clear_op_tracking() -> None:
+    _executed.clear()
+    _fallback.clear()

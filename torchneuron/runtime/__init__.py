@@ -1,0 +1,1 @@
+"""The simulated NeuronCore: target figures, device memory, the hardware queue and errors."""

@@ -1,0 +1,247 @@
+"""Device memory of the simulated NeuronCore: a caching allocator over host RAM.
+
+Every byte of device memory is a host buffer (a CPU ``UntypedStorage``) that a device storage
+points at. The allocator accounts for it the way ``torch.cuda``'s caching allocator does:
+
+* ``allocated`` — bytes of live device storages, exactly (their ``nbytes``);
+* ``reserved``  — allocated blocks rounded up to the allocation granularity, plus the blocks
+  kept in the cache after their storage died (ready to be handed out again);
+* an allocation that would exceed the logical core's HBM capacity first empties the cache and,
+  if still too large, raises ``torch.OutOfMemoryError`` naming the request, the capacity and
+  the current allocated / reserved figures. Nothing is changed by a failed allocation.
+
+Blocks the allocator handed out are reused by exact byte size (a training loop asks for the
+same sizes every step); the cache holds at most ``TORCHNEURON_CACHE_LIMIT_MB`` (default 1024)
+of freed blocks. Buffers a kernel computed and the device adopted go back to the host
+allocator when they die (they count in ``reserved`` only while alive).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+
+import torch
+
+from .target import GiB, MiB
+
+GRANULE = 512  # bytes: allocation granularity (as in the CUDA caching allocator)
+LARGE = 1 * MiB  # blocks at least this big are rounded to 2 MiB segments
+SEGMENT = 2 * MiB
+
+
+def round_size(nbytes: int) -> int:
+    if nbytes < LARGE:
+        return max(GRANULE, -(-nbytes // GRANULE) * GRANULE)
+    return -(-nbytes // SEGMENT) * SEGMENT
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return f"{n:.2f} GiB"
+
+
+class Block:
+    """One device allocation: the host buffer behind a device storage.
+
+    It lives in the device storage's ``__dict__``; when the last tensor using the storage
+    dies, the storage's Python object dies with it and so does the block, which returns its
+    bytes to the allocator.
+    """
+
+    __slots__ = ("host", "nbytes", "rounded", "allocator", "flats", "alias_key", "alias", "cacheable", "__weakref__")
+
+    def __init__(self, host: torch.UntypedStorage, nbytes: int, rounded: int, allocator: DeviceAllocator, cacheable: bool = True):
+        self.host = host
+        self.cacheable = cacheable
+        self.nbytes = nbytes
+        self.rounded = rounded
+        self.allocator = allocator
+        self.flats: dict[torch.dtype, torch.Tensor] = {}
+        self.alias_key: tuple | None = None
+        self.alias: torch.Tensor | None = None
+
+    def __del__(self) -> None:
+        alloc = self.allocator
+        if alloc is not None:
+            try:
+                alloc._release(self)
+            except Exception:  # interpreter shutdown
+                pass
+
+
+class DeviceAllocator:
+    def __init__(self, capacity: int, cache_limit: int | None = None):
+        self.capacity = capacity
+        if cache_limit is None:
+            cache_limit = int(float(os.environ.get("TORCHNEURON_CACHE_LIMIT_MB", "1024")) * MiB)
+        self.cache_limit = cache_limit
+        self._lock = threading.RLock()
+        self._cache: OrderedDict[int, list[torch.UntypedStorage]] = OrderedDict()
+        self._cached_bytes = 0  # rounded bytes held by the cache
+        self.reset_all_stats()
+        self.observers: list = []  # callables (event, nbytes, allocated) for profilers
+
+    # ---- statistics -----------------------------------------------------------------------
+    def reset_all_stats(self) -> None:
+        self.allocated = 0
+        self.reserved = 0
+        self.peak_allocated = 0
+        self.peak_reserved = 0
+        self.num_allocs = 0
+        self.num_frees = 0
+        self.num_cache_hits = 0
+        self.num_ooms = 0
+        self.num_cache_flushes = 0
+        self.active_blocks = 0
+
+    def reset_peak(self) -> None:
+        with self._lock:
+            self.peak_allocated = self.allocated
+            self.peak_reserved = self.reserved
+
+    # ---- allocation -----------------------------------------------------------------------
+    def _check_capacity(self, nbytes: int, rounded: int) -> None:
+        if self.reserved + rounded <= self.capacity:
+            return
+        self.empty_cache()
+        if self.reserved + rounded <= self.capacity:
+            return
+        self.num_ooms += 1
+        free = max(0, self.capacity - self.reserved)
+        raise torch.OutOfMemoryError(
+            f"neuron out of memory: tried to allocate {_fmt_bytes(nbytes)} on neuron:0 "
+            f"(simulated {self._target_name()} logical NeuronCore with {_fmt_bytes(self.capacity)} "
+            f"of HBM; {_fmt_bytes(self.allocated)} allocated by live tensors, "
+            f"{_fmt_bytes(self.reserved)} reserved, {_fmt_bytes(free)} free). "
+            "Free tensors you no longer need, use a smaller batch, or raise the simulated "
+            "capacity with TORCHNEURON_HBM_GIB."
+        )
+
+    @staticmethod
+    def _target_name() -> str:
+        from . import state
+
+        return state.target().name
+
+    def _account(self, nbytes: int, rounded: int, from_cache: bool) -> None:
+        self.allocated += nbytes
+        if not from_cache:
+            self.reserved += rounded
+        self.num_allocs += 1
+        self.active_blocks += 1
+        if self.allocated > self.peak_allocated:
+            self.peak_allocated = self.allocated
+        if self.reserved > self.peak_reserved:
+            self.peak_reserved = self.reserved
+        for obs in self.observers:
+            obs("alloc", nbytes, self.allocated)
+
+    def allocate(self, nbytes: int) -> Block:
+        """A block of exactly ``nbytes`` bytes, from the cache when one of that size is free."""
+        rounded = round_size(nbytes)
+        with self._lock:
+            bucket = self._cache.get(nbytes)
+            if bucket:
+                host = bucket.pop()
+                if not bucket:
+                    del self._cache[nbytes]
+                self._cached_bytes -= rounded
+                self.num_cache_hits += 1
+                self._account(nbytes, rounded, from_cache=True)
+                return Block(host, nbytes, rounded, self)
+            self._check_capacity(nbytes, rounded)
+            host = torch.UntypedStorage(nbytes)
+            self._account(nbytes, rounded, from_cache=False)
+            return Block(host, nbytes, rounded, self)
+
+    def adopt(self, host: torch.UntypedStorage) -> Block:
+        """Take a host buffer computed by a kernel as a new device allocation (no copy)."""
+        nbytes = host.nbytes()
+        rounded = round_size(nbytes)
+        with self._lock:
+            self._check_capacity(nbytes, rounded)
+            self._account(nbytes, rounded, from_cache=False)
+            return Block(host, nbytes, rounded, self, cacheable=False)
+
+    def _release(self, block: Block) -> None:
+        with self._lock:
+            self.allocated -= block.nbytes
+            self.num_frees += 1
+            self.active_blocks -= 1
+            host = block.host
+            block.allocator = None
+            if block.cacheable and host is not None and block.rounded <= self.cache_limit:
+                self._cache.setdefault(block.nbytes, []).append(host)
+                self._cache.move_to_end(block.nbytes)
+                self._cached_bytes += block.rounded
+                while self._cached_bytes > self.cache_limit and self._cache:
+                    size, bucket = next(iter(self._cache.items()))
+                    bucket.pop()
+                    r = round_size(size)
+                    self._cached_bytes -= r
+                    self.reserved -= r
+                    if not bucket:
+                        del self._cache[size]
+            else:
+                self.reserved -= block.rounded
+            for obs in self.observers:
+                obs("free", block.nbytes, self.allocated)
+
+    def empty_cache(self) -> None:
+        with self._lock:
+            if self._cached_bytes:
+                self.num_cache_flushes += 1
+            self.reserved -= self._cached_bytes
+            self._cached_bytes = 0
+            self._cache.clear()
+
+    @property
+    def cached_bytes(self) -> int:
+        return self._cached_bytes
+
+    # ---- reports ---------------------------------------------------------------------------
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return {
+                "allocated_bytes.all.current": self.allocated,
+                "allocated_bytes.all.peak": self.peak_allocated,
+                "reserved_bytes.all.current": self.reserved,
+                "reserved_bytes.all.peak": self.peak_reserved,
+                "inactive_split_bytes.all.current": self._cached_bytes,
+                "active.all.current": self.active_blocks,
+                "allocation.all.allocated": self.num_allocs,
+                "allocation.all.freed": self.num_frees,
+                "num_alloc_retries": self.num_cache_flushes,
+                "num_ooms": self.num_ooms,
+                "num_cache_hits": self.num_cache_hits,
+                "capacity_bytes": self.capacity,
+            }
+
+    def summary(self, target_name: str) -> str:
+        s = self.stats()
+        rows = [
+            ("Allocated memory", s["allocated_bytes.all.current"], s["allocated_bytes.all.peak"]),
+            ("Reserved memory", s["reserved_bytes.all.current"], s["reserved_bytes.all.peak"]),
+            ("Cached (free) blocks", s["inactive_split_bytes.all.current"], None),
+        ]
+        width = 75
+        out = ["=" * width, f" neuron:0 memory summary — simulated {target_name}, capacity "
+               f"{_fmt_bytes(self.capacity)}".ljust(width), "-" * width,
+               f" {'Metric':<28}{'Current':>20}{'Peak':>20}", "-" * width]
+        for name, cur, peak in rows:
+            out.append(f" {name:<28}{_fmt_bytes(cur):>20}{(_fmt_bytes(peak) if peak is not None else '-'):>20}")
+        out.append("-" * width)
+        out.append(f" {'Live blocks':<28}{s['active.all.current']:>20}")
+        out.append(f" {'Allocations / frees':<28}{s['allocation.all.allocated']:>20}{s['allocation.all.freed']:>20}")
+        out.append(f" {'Cache hits':<28}{s['num_cache_hits']:>20}")
+        out.append(f" {'Cache flushes / OOMs':<28}{s['num_alloc_retries']:>20}{s['num_ooms']:>20}")
+        out.append("=" * width)
+        return "\n".join(out) + "\n"
+
+
+__all__ = ["Block", "DeviceAllocator", "round_size", "GiB"]

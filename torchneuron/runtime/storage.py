@@ -1,0 +1,126 @@
+"""Device tensors over host memory.
+
+A ``neuron`` tensor has a genuine device storage: its ``nbytes`` is the allocation's size and
+its ``data_ptr`` is the address of the host buffer that plays the role of HBM (the simulated
+chip shares the host's address space). The storage does not own the buffer; the allocator's
+:class:`~torchneuron.runtime.memory.Block`, kept in the storage's Python ``__dict__``, does, so
+the bytes live exactly as long as the last tensor, view or shallow copy using the storage.
+
+``host(t)`` gives a CPU tensor aliasing ``t``'s bytes with ``t``'s sizes, strides and offset
+(no copy), which is what kernels compute on. ``wrap_host(h)`` adopts a CPU tensor that a kernel
+produced as a new device allocation (no copy). ``view_of(base, h)`` makes a device view of
+``base`` with the geometry of ``h``, a host view of ``base``'s bytes.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch._C import DispatchKey, DispatchKeySet
+
+from . import state
+from .memory import Block
+
+DEVICE = torch.device("neuron", 0)
+_CPU_KEYS = DispatchKeySet(DispatchKey.CPU)
+_META_KEYS = DispatchKeySet(DispatchKey.Meta)
+_set_storage = torch.ops.aten.set_.source_Storage_storage_offset
+_as_strided = torch.ops.aten.as_strided.default
+_create_empty = torch._C._acc.create_empty_tensor
+_construct_storage = torch._C._construct_storage_from_data_pointer
+_BLOCK = "_neuron_block"
+
+
+def _device_storage_for(block: Block) -> torch.UntypedStorage:
+    st = _construct_storage(block.host.data_ptr(), DEVICE, block.nbytes)
+    st.__dict__[_BLOCK] = block
+    return st
+
+
+def device_tensor(block: Block, dtype: torch.dtype, size, stride, offset: int = 0) -> torch.Tensor:
+    """A new ``neuron`` tensor over ``block`` with the given geometry."""
+    t = _create_empty((0,), dtype)
+    _set_storage._handle.redispatch_boxed(_CPU_KEYS, t, _device_storage_for(block), offset, size, stride)
+    return t
+
+
+def repoint(t: torch.Tensor, block: Block | None, size, stride, offset: int) -> None:
+    """Change ``t`` in place to ``size``/``stride``/``offset`` over ``block`` (or its own storage)."""
+    st = t.untyped_storage() if block is None else _device_storage_for(block)
+    _set_storage._handle.redispatch_boxed(_CPU_KEYS, t, st, offset, size, stride)
+
+
+def block_of(t: torch.Tensor) -> Block:
+    try:
+        return t.untyped_storage().__dict__[_BLOCK]
+    except KeyError:
+        raise RuntimeError(
+            f"neuron tensor of shape {tuple(t.shape)} has no device memory attached; it was not "
+            "created by torchneuron (internal error, please report)"
+        ) from None
+
+
+def _flat(block: Block, dtype: torch.dtype) -> torch.Tensor:
+    flat = block.flats.get(dtype)
+    if flat is None:
+        flat = torch.empty(0, dtype=dtype)
+        flat.set_(block.host)
+        block.flats[dtype] = flat
+    return flat
+
+
+def host(t: torch.Tensor) -> torch.Tensor:
+    """A CPU tensor aliasing the device tensor's bytes and geometry (no copy)."""
+    block = t.untyped_storage().__dict__.get(_BLOCK)
+    if block is None:
+        block = block_of(t)
+    key = (t.dtype, t.shape, t.stride(), t.storage_offset())
+    if block.alias_key == key:
+        return block.alias  # type: ignore[return-value]
+    h = _flat(block, t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
+    block.alias_key = key
+    block.alias = h
+    return h
+
+
+def fresh_host(t: torch.Tensor) -> torch.Tensor:
+    """Like :func:`host`, but a new alias object that the caller may restride in place."""
+    return _flat(block_of(t), t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+def wrap_host(h: torch.Tensor) -> torch.Tensor:
+    """Adopt the host tensor ``h`` (computed by a kernel) as device memory, without a copy."""
+    hs = h.untyped_storage()
+    block = state.allocator().adopt(hs)
+    t = _create_empty((0,), h.dtype)
+    st = _construct_storage(hs.data_ptr(), DEVICE, block.nbytes)
+    st.__dict__[_BLOCK] = block
+    _set_storage._handle.redispatch_boxed(_CPU_KEYS, t, st, h.storage_offset(), h.shape, h.stride())
+    # the adopted tensor itself is the natural host alias of the new device tensor
+    block.alias_key = (h.dtype, t.shape, t.stride(), t.storage_offset())
+    block.alias = h
+    return t
+
+
+def empty_device(size, stride, dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised device tensor with the given geometry, from the caching allocator."""
+    if all(s > 0 for s in size):
+        numel_span = 1 + sum((s - 1) * st for s, st in zip(size, stride, strict=True))
+    else:
+        numel_span = 0
+    nbytes = numel_span * torch._utils._element_size(dtype)
+    block = state.allocator().allocate(nbytes)
+    return device_tensor(block, dtype, size, stride, 0)
+
+
+def view_of(base: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """A device view of ``base``'s storage with the geometry of the host view ``h``."""
+    if h.dtype != base.dtype:
+        base = _retyped(base, h.dtype)
+    return _as_strided._handle.redispatch_boxed(_META_KEYS, base, h.shape, h.stride(), h.storage_offset())
+
+
+def _retyped(base: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A device tensor sharing ``base``'s storage but with another element type (offset 0)."""
+    t = _create_empty((0,), dtype)
+    _set_storage._handle.redispatch_boxed(_CPU_KEYS, t, base.untyped_storage(), 0, (0,), (1,))
+    return t
