@@ -69,3 +69,10 @@ def test_only_one_device():
         torch.empty(2, device="neuron:1")
     with pytest.raises(RuntimeError, match="does not exist"):
         torch.neuron.set_device(1)
+
+
+def test_import_torchneuron_before_torch():
+    code = "import torchneuron, torch\nprint((torch.ones(2, device='neuron') * 3).sum().item())\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "6.0"

@@ -7,9 +7,22 @@ device's kernels and exposes ``torch.neuron``.
 
 from __future__ import annotations
 
-import threading
 
-import torch
+def _autoload() -> None:
+    """Entry point called by ``import torch`` (group ``torch.backends``).
+
+    Defined before anything is imported: when ``import torchneuron`` comes first, importing
+    torch runs this entry point while this module is still initialising; registration then
+    happens at the end of this module instead.
+    """
+    register = globals().get("_register")
+    if register is not None:
+        register()
+
+
+import threading  # noqa: E402
+
+import torch  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -70,11 +83,6 @@ def _register() -> None:
 
         torch_glue.install()
         _registered = True
-
-
-def _autoload() -> None:
-    """Entry point called by ``import torch`` (group ``torch.backends``)."""
-    _register()
 
 
 def is_registered() -> bool:

@@ -9,6 +9,9 @@ PyTorch's own function otherwise.
 * storage moves (``UntypedStorage.to("neuron")``, used by ``torch.load``): PyTorch allocates
   the target with ``torch.UntypedStorage(n, device=...)``, which needs a C++ allocator; for
   ``neuron`` the storage comes from the device allocator instead.
+* ``Module.to("neuron")``: PyTorch only swaps parameter data in place (keeping identity, so
+  tied weights stay tied) between its own dense backends; for a PrivateUse1 device it makes a
+  new Parameter per module, silently untying shared weights. The ties are restored.
 * printing a device tensor formats it on the host (``_tensor_str`` would otherwise run its
   float64 statistics on the device and trip the 32-bit dtype warning).
 """
@@ -97,6 +100,47 @@ def _patch_printing() -> None:
     tstr._str = _str
 
 
+def _patch_module_apply() -> None:
+    import threading
+
+    from torch import nn
+
+    orig = nn.Module._apply
+    tls = threading.local()
+
+    def _shared_slots(root: nn.Module, kind: str):
+        groups: dict[int, list[tuple[nn.Module, str]]] = {}
+        for mod in root.modules():
+            table = mod._parameters if kind == "param" else mod._buffers
+            for name, t in table.items():
+                if t is not None:
+                    groups.setdefault(id(t), []).append((mod, name))
+        return [g for g in groups.values() if len(g) > 1]
+
+    def _apply(self, fn, recurse=True):
+        if getattr(tls, "depth", 0) or not recurse:
+            return orig(self, fn, recurse)
+        shared = _shared_slots(self, "param"), _shared_slots(self, "buffer")
+        tls.depth = 1
+        try:
+            result = orig(self, fn, recurse)
+        finally:
+            tls.depth = 0
+        for kind, groups in zip(("param", "buffer"), shared, strict=True):
+            for group in groups:
+                first_mod, first_name = group[0]
+                table = first_mod._parameters if kind == "param" else first_mod._buffers
+                keep = table[first_name]
+                for mod, name in group[1:]:
+                    other = mod._parameters if kind == "param" else mod._buffers
+                    if other[name] is not keep:
+                        other[name] = keep
+        return result
+
+    _apply.__wrapped__ = orig  # type: ignore[attr-defined]
+    nn.Module._apply = _apply
+
+
 def install() -> None:
     global _done
     if _done:
@@ -104,4 +148,5 @@ def install() -> None:
     _patch_accelerator()
     _patch_storage_to()
     _patch_printing()
+    _patch_module_apply()
     _done = True
