@@ -25,6 +25,9 @@ from ..runtime.storage import fresh_host, host, repoint, view_of, wrap_host
 from . import dtype_policy, tracking
 from .opinfo import OpFacts, facts
 
+_EMULATED = dtype_policy.EMULATED
+_NATIVE = dtype_policy.SUPPORTED - dtype_policy.EMULATED
+
 _Tensor = torch.Tensor
 _Device = torch.device
 _NEURON = "neuron"
@@ -73,7 +76,8 @@ def _to_device(r, unwrap: _Unwrap):
             base = unwrap.by_ptr.get(st.data_ptr())
             if base is not None:
                 return view_of(base, r)
-        dtype_policy.check_supported(r.dtype)
+        if r.dtype not in dtype_policy.SUPPORTED:
+            dtype_policy.check_supported(r.dtype)
         return wrap_host(r)
     if type(r) in (list, tuple):
         return type(r)(_to_device(x, unwrap) for x in r)
@@ -163,6 +167,68 @@ def _deferred_outputs(op, args, kwargs, f: OpFacts, err: BaseException):
         if isinstance(mout, tuple) and len(written) == len(mout):
             return tuple(written)
     return realise(mout)
+
+
+def _fast_unwrap(a, flags: list):
+    if isinstance(a, _Tensor):
+        if a.is_cpu or a.device.type != _NEURON:
+            return a
+        if a.dtype in _EMULATED:
+            flags.append(True)
+        return host(a)
+    if type(a) in (list, tuple):
+        return type(a)(_fast_unwrap(x, flags) for x in a)
+    if type(a) is _Device and a.type == _NEURON:
+        return _CPU_DEVICE
+    return a
+
+
+def functional_kernel(op: torch._ops.OpOverload):
+    """A kernel for an op that only reads its inputs and returns fresh tensors.
+
+    Such outputs cannot alias an input, so no aliasing bookkeeping is needed: inputs become
+    host aliases, outputs are adopted as device memory. Anything unusual (an emulated dtype,
+    an error) takes the general path.
+    """
+    f = facts(op)
+    qualified = f.qualified
+    call = op._op
+    counter = tracking._executed
+
+    def kernel(*args, **kwargs):
+        counter[qualified] += 1
+        flags: list = []
+        hargs = [_fast_unwrap(a, flags) for a in args]
+        if kwargs:
+            hkwargs = {k: _fast_unwrap(v, flags) for k, v in kwargs.items()}
+        else:
+            hkwargs = kwargs
+        if flags:
+            counter[qualified] -= 1
+            return run(op, args, kwargs)
+        try:
+            out = call(*hargs, **hkwargs)
+        except Exception as err:  # noqa: BLE001 - every kernel error follows the queue's contract
+            return _on_error(op, f, args, kwargs, err)
+        if isinstance(out, _Tensor):
+            dt = out.dtype
+            if dt not in _NATIVE:
+                if dt in _EMULATED:
+                    _narrow_outputs(out, _Unwrap(False))
+                else:
+                    dtype_policy.check_supported(dt)
+            return wrap_host(out)
+        if type(out) in (list, tuple):
+            for o in out:
+                if isinstance(o, _Tensor) and o.dtype not in dtype_policy.SUPPORTED:
+                    dtype_policy.check_supported(o.dtype)
+            if _has_emulated_output(out):
+                _narrow_outputs(out, _Unwrap(False))
+            return type(out)(wrap_host(o) if isinstance(o, _Tensor) else o for o in out)
+        return out
+
+    kernel.__name__ = f"neuron_{op.__name__}"
+    return kernel
 
 
 def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict):

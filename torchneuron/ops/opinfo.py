@@ -55,6 +55,15 @@ class OpFacts:
     inplace_or_out: bool
     num_positional: int
     random_without_generator: bool
+    returns_alias: bool  # some result aliases an input (a view)
+
+    @property
+    def plain_functional(self) -> bool:
+        """Reads its inputs, returns fresh tensors: the generic kernel's fast path applies."""
+        return not (
+            self.written or self.returns_alias or self.generator_name or self.sync_point
+            or self.metadata_mutating or self.random_without_generator
+        )
 
     @property
     def qualified(self) -> str:
@@ -94,6 +103,7 @@ def facts(op: torch._ops.OpOverload) -> OpFacts:
         inplace_or_out=bool(written),
         num_positional=num_pos,
         random_without_generator=name in RANDOM and gen_name is None,
+        returns_alias=any(r.alias_info is not None for r in schema.returns),
     )
     _cache[op] = f
     return f

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from . import autocast, compute_kernels, generic, memory_ops
+from . import attention, autocast, compute_kernels, generic, memory_ops
+from .opinfo import facts
 
 _libs: list[torch.library.Library] = []
 _has = torch._C._dispatch_has_kernel_for_dispatch_key
@@ -23,6 +24,8 @@ def _boxed_fallback(keyset, op, *args, **kwargs):
 
 
 def _generic_kernel(op):
+    if facts(op).plain_functional:
+        return generic.functional_kernel(op)
     run = generic.run
 
     def kernel(*args, **kwargs):
@@ -83,3 +86,4 @@ def install() -> None:
     fallback.fallback(_boxed_fallback, dispatch_key="PrivateUse1", with_keyset=True)
     _libs.extend([impl, fallback])
     autocast.install()
+    attention.install()

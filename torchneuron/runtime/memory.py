@@ -80,7 +80,7 @@ class DeviceAllocator:
         if cache_limit is None:
             cache_limit = int(float(os.environ.get("TORCHNEURON_CACHE_LIMIT_MB", "1024")) * MiB)
         self.cache_limit = cache_limit
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
         self._cache: OrderedDict[int, list[torch.UntypedStorage]] = OrderedDict()
         self._cached_bytes = 0  # rounded bytes held by the cache
         self.reset_all_stats()
@@ -108,7 +108,7 @@ class DeviceAllocator:
     def _check_capacity(self, nbytes: int, rounded: int) -> None:
         if self.reserved + rounded <= self.capacity:
             return
-        self.empty_cache()
+        self._empty_cache_locked()
         if self.reserved + rounded <= self.capacity:
             return
         self.num_ooms += 1
@@ -159,13 +159,26 @@ class DeviceAllocator:
             self._account(nbytes, rounded, from_cache=False)
             return Block(host, nbytes, rounded, self)
 
-    def adopt(self, host: torch.UntypedStorage) -> Block:
+    def adopt(self, host: torch.UntypedStorage, nbytes: int | None = None) -> Block:
         """Take a host buffer computed by a kernel as a new device allocation (no copy)."""
-        nbytes = host.nbytes()
-        rounded = round_size(nbytes)
+        if nbytes is None:
+            nbytes = host.nbytes()
+        rounded = round_size(nbytes) if nbytes >= GRANULE else GRANULE
         with self._lock:
-            self._check_capacity(nbytes, rounded)
-            self._account(nbytes, rounded, from_cache=False)
+            if self.reserved + rounded > self.capacity:
+                self._check_capacity(nbytes, rounded)
+            # inline _account: this runs for every kernel output
+            self.allocated += nbytes
+            self.reserved += rounded
+            self.num_allocs += 1
+            self.active_blocks += 1
+            if self.allocated > self.peak_allocated:
+                self.peak_allocated = self.allocated
+            if self.reserved > self.peak_reserved:
+                self.peak_reserved = self.reserved
+            if self.observers:
+                for obs in self.observers:
+                    obs("alloc", nbytes, self.allocated)
             return Block(host, nbytes, rounded, self, cacheable=False)
 
     def _release(self, block: Block) -> None:
@@ -189,16 +202,20 @@ class DeviceAllocator:
                         del self._cache[size]
             else:
                 self.reserved -= block.rounded
-            for obs in self.observers:
-                obs("free", block.nbytes, self.allocated)
+            if self.observers:
+                for obs in self.observers:
+                    obs("free", block.nbytes, self.allocated)
 
     def empty_cache(self) -> None:
         with self._lock:
-            if self._cached_bytes:
-                self.num_cache_flushes += 1
-            self.reserved -= self._cached_bytes
-            self._cached_bytes = 0
-            self._cache.clear()
+            self._empty_cache_locked()
+
+    def _empty_cache_locked(self) -> None:
+        if self._cached_bytes:
+            self.num_cache_flushes += 1
+        self.reserved -= self._cached_bytes
+        self._cached_bytes = 0
+        self._cache.clear()
 
     @property
     def cached_bytes(self) -> int:

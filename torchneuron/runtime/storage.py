@@ -87,16 +87,26 @@ def fresh_host(t: torch.Tensor) -> torch.Tensor:
     return _flat(block_of(t), t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
 
 
+_set_boxed = _set_storage._handle.redispatch_boxed
+_allocator = None
+
+
 def wrap_host(h: torch.Tensor) -> torch.Tensor:
     """Adopt the host tensor ``h`` (computed by a kernel) as device memory, without a copy."""
+    global _allocator
+    if _allocator is None:
+        _allocator = state.allocator()
     hs = h.untyped_storage()
-    block = state.allocator().adopt(hs)
-    t = _create_empty((0,), h.dtype)
-    st = _construct_storage(hs.data_ptr(), DEVICE, block.nbytes)
+    nbytes = hs.nbytes()
+    block = _allocator.adopt(hs, nbytes)
+    dtype = h.dtype
+    t = _create_empty((0,), dtype)
+    st = _construct_storage(hs.data_ptr(), DEVICE, nbytes)
     st.__dict__[_BLOCK] = block
-    _set_storage._handle.redispatch_boxed(_CPU_KEYS, t, st, h.storage_offset(), h.shape, h.stride())
+    size, stride, offset = h.shape, h.stride(), h.storage_offset()
+    _set_boxed(_CPU_KEYS, t, st, offset, size, stride)
     # the adopted tensor itself is the natural host alias of the new device tensor
-    block.alias_key = (h.dtype, t.shape, t.stride(), t.storage_offset())
+    block.alias_key = (dtype, size, stride, offset)
     block.alias = h
     return t
 
