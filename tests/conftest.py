@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
-
-DEVICE = "neuron"
 
 
 @pytest.fixture
@@ -32,8 +29,3 @@ def _no_pending_device_error():
     yield
     leftover = ERRORS.take()
     assert leftover is None, f"test left a pending device error: {leftover and leftover.cause}"
-
-
-def assert_close(dev: torch.Tensor, ref: torch.Tensor, **kw) -> None:
-    assert dev.device.type == DEVICE, dev.device
-    torch.testing.assert_close(dev.cpu(), ref, **kw)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import assert_close
+from support.compare import assert_close
 
 
 def test_views_share_memory_with_real_strides():

@@ -231,6 +231,36 @@ def functional_kernel(op: torch._ops.OpOverload):
     return kernel
 
 
+def inplace_kernel(op: torch._ops.OpOverload):
+    """A kernel for an in-place op that writes only into ``self`` and returns it.
+
+    The host kernel writes straight into the device memory through the alias; in-place ops
+    never resize ``self``, so nothing needs re-pointing.
+    """
+    f = facts(op)
+    qualified = f.qualified
+    call = op._op
+    counter = tracking._executed
+    returns_self = bool(op._schema.returns)
+
+    def kernel(*args, **kwargs):
+        counter[qualified] += 1
+        flags: list = []
+        hargs = [_fast_unwrap(a, flags) for a in args]
+        hkwargs = {k: _fast_unwrap(v, flags) for k, v in kwargs.items()} if kwargs else kwargs
+        if flags:
+            counter[qualified] -= 1
+            return run(op, args, kwargs)
+        try:
+            call(*hargs, **hkwargs)
+        except Exception as err:  # noqa: BLE001 - every kernel error follows the queue's contract
+            return _on_error(op, f, args, kwargs, err)
+        return args[0] if returns_self else None
+
+    kernel.__name__ = f"neuron_{op.__name__}"
+    return kernel
+
+
 def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
     """Execute ``op`` on the simulated core (see module docstring)."""
     f = facts(op)

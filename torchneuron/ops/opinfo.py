@@ -56,6 +56,16 @@ class OpFacts:
     num_positional: int
     random_without_generator: bool
     returns_alias: bool  # some result aliases an input (a view)
+    returns_self_or_none: bool  # returns nothing, or exactly the written argument 0
+
+    @property
+    def plain_inplace(self) -> bool:
+        """Writes only into ``self`` (argument 0), never resizes it, returns it (or nothing)."""
+        return (
+            self.written == (0,) and self.overload != "out" and not self.generator_name
+            and not self.sync_point and not self.metadata_mutating
+            and not self.random_without_generator and self.returns_self_or_none
+        )
 
     @property
     def plain_functional(self) -> bool:
@@ -71,6 +81,19 @@ class OpFacts:
 
 
 _cache: dict[object, OpFacts] = {}
+
+
+def _returns_self_or_none(schema) -> bool:
+    rets = schema.returns
+    if not rets:
+        return True
+    if len(rets) != 1 or not schema.arguments:
+        return False
+    r, a0 = rets[0], schema.arguments[0]
+    return (
+        r.alias_info is not None and a0.alias_info is not None and r.alias_info.is_write
+        and set(r.alias_info.before_set) == set(a0.alias_info.before_set)
+    )
 
 
 def facts(op: torch._ops.OpOverload) -> OpFacts:
@@ -104,6 +127,7 @@ def facts(op: torch._ops.OpOverload) -> OpFacts:
         num_positional=num_pos,
         random_without_generator=name in RANDOM and gen_name is None,
         returns_alias=any(r.alias_info is not None for r in schema.returns),
+        returns_self_or_none=_returns_self_or_none(schema),
     )
     _cache[op] = f
     return f

@@ -24,8 +24,11 @@ def _boxed_fallback(keyset, op, *args, **kwargs):
 
 
 def _generic_kernel(op):
-    if facts(op).plain_functional:
+    f = facts(op)
+    if f.plain_functional:
         return generic.functional_kernel(op)
+    if f.plain_inplace:
+        return generic.inplace_kernel(op)
     run = generic.run
 
     def kernel(*args, **kwargs):
