@@ -26,11 +26,18 @@ import torch  # noqa: E402
 
 __version__ = "0.1.0"
 
-from .ops.tracking import clear_op_tracking, get_executed_ops, get_fallback_ops  # noqa: E402
-from .runtime.errors import NeuronRuntimeError  # noqa: E402
+from .ops.tracking import (  # noqa: E402
+    clear_op_tracking,
+    get_executed_ops,
+    get_fallback_ops,
+    transfer_stats,
+)
+from .runtime.errors import NeuronFallbackError, NeuronRuntimeError  # noqa: E402
 
 __all__ = [
+    "NeuronFallbackError",
     "NeuronRuntimeError",
+    "transfer_stats",
     "clear_op_tracking",
     "get_executed_ops",
     "get_fallback_ops",

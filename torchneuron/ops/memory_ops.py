@@ -73,11 +73,14 @@ def copy_(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> 
     tracking.executed("aten::copy_")
     if self.device.type == "neuron":
         dtype_policy.check_supported(self.dtype)
+        if src.device.type != "neuron":
+            tracking.transfer("host_to_device", src.nbytes)
         if self.numel():
             host(self).copy_(_src_host(src))
     else:
         # device -> host: the host must see finished device work (a synchronisation point)
         ERRORS.raise_pending()
+        tracking.transfer("device_to_host", src.nbytes)
         self.copy_(_src_host(src))
     return self
 
@@ -100,6 +103,8 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non
     if target.type == "neuron":
         _check_device(target)
         dtype_policy.check_supported(dtype)
+        if self.device.type != "neuron":
+            tracking.transfer("host_to_device", self.nbytes)
         if memory_format in (None, torch.preserve_format):
             out = src.to(dtype=dtype, copy=True)
         else:
@@ -108,6 +113,7 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non
             dtype_policy.narrow_output_(out)
         return wrap_host(out)
     ERRORS.raise_pending()
+    tracking.transfer("device_to_host", self.nbytes)
     kw = {} if memory_format in (None, torch.preserve_format) else {"memory_format": memory_format}
     out = src.to(device=target, dtype=dtype, copy=True, **kw)
     return out.pin_memory() if pin_memory else out

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from . import attention, autocast, compute_kernels, generic, memory_ops
+from . import attention, autocast, compute_kernels, fallback, generic, memory_ops, placement
 from .opinfo import facts
 
 _libs: list[torch.library.Library] = []
@@ -21,6 +21,16 @@ _has = torch._C._dispatch_has_kernel_for_dispatch_key
 
 def _boxed_fallback(keyset, op, *args, **kwargs):
     return generic.run(op, args, kwargs)
+
+
+def _kernel_for(op):
+    """The device kernel, the CPU-fallback kernel, or a dtype-dependent choice of the two."""
+    where = placement.device_dtypes(facts(op).qualified)
+    if where is True or _returns_view(op):  # views are metadata: always on the device
+        return _generic_kernel(op)
+    if where is False:
+        return fallback.fallback_kernel(op)
+    return placement.placed_kernel(op, _generic_kernel(op), fallback.fallback_kernel(op), where)
 
 
 def _generic_kernel(op):
@@ -84,7 +94,7 @@ def install() -> None:
     for qualname, name, op in _aten_overloads():
         if name in dedicated or not _wants_generic(qualname, op):
             continue
-        impl.impl(name, _generic_kernel(op), "PrivateUse1")
+        impl.impl(name, _kernel_for(op), "PrivateUse1")
     fallback = torch.library.Library("_", "IMPL")
     fallback.fallback(_boxed_fallback, dispatch_key="PrivateUse1", with_keyset=True)
     _libs.extend([impl, fallback])

@@ -10,6 +10,7 @@ from collections import Counter
 
 _executed: Counter[str] = Counter()
 _fallback: Counter[str] = Counter()
+_transfers: Counter[str] = Counter()
 
 
 def executed(name: str) -> None:
@@ -18,6 +19,18 @@ def executed(name: str) -> None:
 
 def fell_back(name: str) -> None:
     _fallback[name] += 1
+
+
+def transfer(direction: str, nbytes: int) -> None:
+    """Count an explicit copy between host and device memory ("host_to_device" / "device_to_host")."""
+    _transfers[direction + "_bytes"] += nbytes
+    _transfers[direction + "_count"] += 1
+
+
+def transfer_stats() -> dict[str, int]:
+    """Explicit host<->device copies since the last clear: counts and bytes per direction."""
+    keys = ("host_to_device_count", "host_to_device_bytes", "device_to_host_count", "device_to_host_bytes")
+    return {k: _transfers.get(k, 0) for k in keys}
 
 
 def get_executed_ops() -> dict[str, int]:
@@ -33,3 +46,4 @@ def get_fallback_ops() -> dict[str, int]:
 def clear_op_tracking() -> None:
     _executed.clear()
     _fallback.clear()
+    _transfers.clear()

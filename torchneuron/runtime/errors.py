@@ -27,6 +27,10 @@ class NeuronRuntimeError(RuntimeError):
         self.context = context
 
 
+class NeuronFallbackError(RuntimeError):
+    """An operator would fall back to the CPU and ``TORCHNEURON_FALLBACK=error`` forbids it."""
+
+
 @dataclass
 class ErrorContext:
     stage: str

@@ -1,0 +1,1 @@
+"""Package data: generated tables (operator placement)."""

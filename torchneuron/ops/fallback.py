@@ -1,0 +1,114 @@
+"""The CPU-fallback policy: operators the NeuronCore cannot run execute on the host.
+
+As on the real chip, an operator that is not placed on the device (see ``placement``) makes an
+explicit round trip: its device inputs are copied to host memory (a synchronisation point: the
+host must see finished device work), the CPU kernel runs, and its results are copied into new
+device memory, or back into the device tensors an in-place / ``out=`` op writes. The copies
+are counted (``transfer_stats()``), each operator warns once
+(``Operator 'aten::X' executed via CPU fallback``) and is tracked by ``get_fallback_ops()``.
+``TORCHNEURON_FALLBACK=error`` turns a fallback into an error naming the op and its dtypes.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import torch
+from torch.utils._pytree import tree_map
+
+from ..runtime.errors import ERRORS, NeuronFallbackError
+from ..runtime.storage import host, wrap_host
+from . import tracking
+from .opinfo import facts
+
+_warned: set[str] = set()
+
+__all__ = ["NeuronFallbackError", "fallback_kernel", "policy", "run"]
+
+
+def policy() -> str:
+    value = os.environ.get("TORCHNEURON_FALLBACK", "warn").strip().lower() or "warn"
+    if value not in ("warn", "error", "silent"):
+        raise ValueError(f"TORCHNEURON_FALLBACK={value!r}: use 'warn' (default), 'silent' or 'error'")
+    return value
+
+
+def _dtypes(args, kwargs) -> list[str]:
+    seen: list[str] = []
+
+    def visit(a):
+        if isinstance(a, torch.Tensor):
+            d = str(a.dtype).removeprefix("torch.")
+            if d not in seen:
+                seen.append(d)
+        return a
+
+    tree_map(visit, (args, kwargs))
+    return seen
+
+
+def _to_host(a):
+    if isinstance(a, torch.Tensor) and a.device.type == "neuron":
+        tracking.transfer("device_to_host", a.nbytes)
+        return host(a).clone()  # an explicit copy, not an alias: the host works on its own data
+    if isinstance(a, torch.device) and a.type == "neuron":
+        return torch.device("cpu")
+    return a
+
+
+def _to_device(r):
+    if isinstance(r, torch.Tensor) and r.device.type == "cpu":
+        tracking.transfer("host_to_device", r.nbytes)
+        return wrap_host(r.clone() if r._is_view() else r)
+    return r
+
+
+def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
+    f = facts(op)
+    mode = policy()
+    if mode == "error":
+        raise NeuronFallbackError(
+            f"Operator '{f.qualified}' is not supported on the NeuronCore for dtypes "
+            f"({', '.join(_dtypes(args, kwargs))}) and TORCHNEURON_FALLBACK=error forbids the CPU "
+            "fallback. Unset it (or set 'warn') to run the op on the host."
+        )
+    if mode == "warn" and f.qualified not in _warned:
+        _warned.add(f.qualified)
+        warnings.warn(
+            f"Operator '{f.qualified}' executed via CPU fallback (dtypes: "
+            f"{', '.join(_dtypes(args, kwargs))}); it is not supported on the NeuronCore.",
+            stacklevel=3,
+        )
+    tracking.fell_back(f.qualified)
+    ERRORS.raise_pending()  # the host reads device data: a synchronisation point
+    hargs = tree_map(_to_host, args)
+    hkwargs = tree_map(_to_host, kwargs)
+    out = op(*hargs, **hkwargs)
+    # written arguments: copy the host's result back into device memory
+    for w in f.written:
+        d = args[w] if isinstance(w, int) and w < len(args) else kwargs.get(w) if isinstance(w, str) else None
+        h = hargs[w] if isinstance(w, int) and w < len(hargs) else hkwargs.get(w) if isinstance(w, str) else None
+        pairs = zip(d, h, strict=False) if isinstance(d, (list, tuple)) else [(d, h)]
+        for dd, hh in pairs:
+            if isinstance(dd, torch.Tensor) and dd.device.type == "neuron":
+                if dd.shape != hh.shape:
+                    dd.resize_(hh.shape)
+                tracking.transfer("host_to_device", hh.nbytes)
+                host(dd).copy_(hh)
+    if f.written:
+        # results of in-place / out= ops are the written arguments
+        written = [args[w] if isinstance(w, int) else kwargs[w] for w in f.written if (isinstance(w, int) and w < len(args)) or (isinstance(w, str) and w in kwargs)]
+        if isinstance(out, torch.Tensor) and len(written) == 1:
+            return written[0]
+        if isinstance(out, tuple) and len(out) == len(written):
+            return tuple(written)
+    return tree_map(_to_device, out)
+
+
+def fallback_kernel(op: torch._ops.OpOverload):
+    def kernel(*args, **kwargs):
+        return run(op, args, kwargs)
+
+    kernel.__name__ = f"neuron_fallback_{op.__name__}"
+    return kernel
