@@ -1,8 +1,9 @@
 """Eager overhead of the simulated NeuronCore against CPU eager, measured in one run.
 
 Prints, for 20 common small ops, the median host time per call on ``neuron`` and on the CPU
-and their ratio; then the training-step time of a small GPT-style transformer on both and the
-step ratio (neuron / CPU eager). Goals (issue 2): per-op ≤ 5× CPU eager, step ratio ≤ 1.15.
+and their ratio; then the training-step time of the demo's GPT (d=128, 4 layers, 4 heads) on
+both and the step ratio (neuron / CPU eager). CPU and device rounds alternate so that both see
+the same machine load. Goals (issue 2): per-op ≤ 5× CPU eager, step ratio ≤ 1.15.
 
     python bench/eager_overhead.py [--repeat 7] [--number 2000] [--steps 20]
 """
@@ -17,7 +18,8 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+
+from torchneuron.demo.model import GPT, GPTConfig
 
 
 def _ops(dev: str) -> dict[str, Callable[[], object]]:
@@ -69,42 +71,9 @@ def _pair_median_us(fa: Callable[[], object], fb: Callable[[], object], number: 
     return statistics.median(ra), statistics.median(rb)
 
 
-class Block(nn.Module):
-    def __init__(self, d: int, heads: int):
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
-        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
-        return x + self.mlp(self.ln2(x))
-
-
-class GPT(nn.Module):
-    def __init__(self, vocab=256, d=128, heads=4, layers=4, ctx=64):
-        super().__init__()
-        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(ctx, d)
-        self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
-        self.ln = nn.LayerNorm(d)
-        self.head = nn.Linear(d, vocab, bias=False)
-        self.head.weight = self.tok.weight
-
-    def forward(self, idx):
-        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
-        for blk in self.blocks:
-            x = blk(x)
-        return self.head(self.ln(x))
-
-
 def make_step(dev: str, batch: int, ctx: int) -> Callable[[int], float]:
     torch.manual_seed(0)
-    model = GPT(ctx=ctx).to(dev)
+    model = GPT(GPTConfig(vocab_size=256, context=ctx)).to(dev)  # the demo's model
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     g = torch.Generator().manual_seed(1)
     data = [torch.randint(0, 256, (batch, ctx + 1), generator=g) for _ in range(4)]

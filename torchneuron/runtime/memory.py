@@ -138,8 +138,9 @@ class DeviceAllocator:
             self.peak_allocated = self.allocated
         if self.reserved > self.peak_reserved:
             self.peak_reserved = self.reserved
-        for obs in self.observers:
-            obs("alloc", nbytes, self.allocated)
+        if self.observers:
+            for obs in self.observers:
+                obs("alloc", nbytes, self.allocated)
 
     def allocate(self, nbytes: int) -> Block:
         """A block of exactly ``nbytes`` bytes, from the cache when one of that size is free."""
@@ -167,18 +168,7 @@ class DeviceAllocator:
         with self._lock:
             if self.reserved + rounded > self.capacity:
                 self._check_capacity(nbytes, rounded)
-            # inline _account: this runs for every kernel output
-            self.allocated += nbytes
-            self.reserved += rounded
-            self.num_allocs += 1
-            self.active_blocks += 1
-            if self.allocated > self.peak_allocated:
-                self.peak_allocated = self.allocated
-            if self.reserved > self.peak_reserved:
-                self.peak_reserved = self.reserved
-            if self.observers:
-                for obs in self.observers:
-                    obs("alloc", nbytes, self.allocated)
+            self._account(nbytes, rounded, from_cache=False)
             return Block(host, nbytes, rounded, self, cacheable=False)
 
     def _release(self, block: Block) -> None:

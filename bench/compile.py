@@ -1,0 +1,141 @@
+"""torch.compile(backend="neuron") against Inductor on the CPU, measured in one run.
+
+For a GPT-2-style language model (4 layers, d=256, 4 heads, seq 128) and ResNet-18
+(torchvision, 64×64 images), prints the median step time of inference and of training
+(forward + backward + SGD step) compiled with ``backend="neuron"`` on the ``neuron`` device and
+with the default Inductor backend on the CPU, and their ratio (neuron / Inductor; goal ≤ 1.0).
+Then the time to the first compiled training step of the LM with an empty cache (cold) and
+with the disk cache filled (warm, Dynamo and the in-memory caches reset; goal ≤ 10% of cold).
+
+    python bench/compile.py [--steps 10] [--warmup 2] [--only lm|resnet]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "compiler"))
+from models import TinyLM  # noqa: E402
+
+
+def _sync(dev: str) -> None:
+    if dev == "neuron":
+        torch.neuron.synchronize()
+
+
+def lm_case(batch: int = 4):
+    vocab, seq = 2048, 128
+    model = TinyLM(vocab=vocab, d=256, heads=4, layers=4, seq=seq, sdpa=False)
+    g = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, vocab, (batch, seq + 1), generator=g)
+    x, y = idx[:, :-1], idx[:, 1:]
+
+    def loss(out, tgt):
+        return F.cross_entropy(out.flatten(0, 1), tgt.flatten())
+
+    return "gpt2-style LM (4x256, seq 128, batch 4)", model, x, y, loss
+
+
+def resnet_case(batch: int = 8):
+    from torchvision.models import resnet18
+
+    model = resnet18(num_classes=100)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(batch, 3, 64, 64, generator=g)
+    y = torch.randint(0, 100, (batch,), generator=g)
+    return "resnet-18 (64x64, batch 8)", model, x, y, F.cross_entropy
+
+
+def time_steps(step, dev: str, steps: int, warmup: int) -> float:
+    for _ in range(warmup):
+        step()
+    _sync(dev)
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        _sync(dev)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def measure(model, x, y, loss_fn, dev: str, backend: str, train: bool, steps: int, warmup: int) -> float:
+    torch._dynamo.reset()
+    m = copy.deepcopy(model).to(dev)
+    xd, yd = x.to(dev), y.to(dev)
+    compiled = torch.compile(m, backend=backend)
+    if train:
+        m.train()
+        opt = torch.optim.SGD(m.parameters(), lr=1e-3)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            loss_fn(compiled(xd), yd).backward()
+            opt.step()
+    else:
+        m.eval()
+
+        def step():
+            with torch.no_grad():
+                compiled(xd)
+
+    return time_steps(step, dev, steps, warmup)
+
+
+def first_step_seconds(model, x, y, loss_fn) -> float:
+    from torchneuron.compiler import cache, lowering
+
+    torch._dynamo.reset()
+    cache.CACHE.clear_memory()
+    lowering._cache.clear()
+    m = copy.deepcopy(model).to("neuron").train()
+    compiled = torch.compile(m, backend="neuron")
+    t0 = time.perf_counter()
+    loss_fn(compiled(x.to("neuron")), y.to("neuron")).backward()
+    torch.neuron.synchronize()
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--only", choices=["lm", "resnet"])
+    args = ap.parse_args()
+    import torchneuron.compiler  # noqa: F401 - registers the backend (the entry point does too)
+    from torchneuron.compiler import get_metrics
+
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, "
+          f"IREE driver {os.environ.get('TORCHNEURON_IREE_DRIVER', 'local-task')}")
+    print(f"{'model':44} {'mode':9} {'neuron ms':>10} {'inductor ms':>12} {'ratio':>7}")
+    cases = [c for c in (lm_case, resnet_case) if args.only is None or c.__name__.startswith(args.only)]
+    for case in cases:
+        name, model, x, y, loss_fn = case()
+        for train in (False, True):
+            neuron = measure(model, x, y, loss_fn, "neuron", "neuron", train, args.steps, args.warmup)
+            inductor = measure(model, x, y, loss_fn, "cpu", "inductor", train, args.steps, args.warmup)
+            mode = "train" if train else "inference"
+            print(f"{name:44} {mode:9} {neuron * 1e3:10.1f} {inductor * 1e3:12.1f} {neuron / inductor:7.2f}",
+                  flush=True)
+    if args.only in (None, "lm"):
+        name, model, x, y, loss_fn = lm_case()
+        with tempfile.TemporaryDirectory() as d:
+            os.environ["TORCHNEURON_CACHE_DIR"] = d
+            cold = first_step_seconds(model, x, y, loss_fn)
+            warm = first_step_seconds(model, x, y, loss_fn)
+        print(f"first training step of the LM: cold cache {cold:.1f} s, warm cache {warm:.2f} s "
+              f"({100 * warm / cold:.0f}% of cold); compile seconds in this run "
+              f"{get_metrics()['compile_seconds']:.1f}")
+
+
+if __name__ == "__main__":
+    main()
