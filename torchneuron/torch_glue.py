@@ -81,20 +81,12 @@ def _patch_printing() -> None:
     orig = tstr._str
 
     def _str(self, *, tensor_contents=None):
-        if self.device.type != "neuron" or self.is_meta:
-            return orig(self, tensor_contents=tensor_contents)
-        # format the host copy, then name the device as PyTorch does for accelerators
-        text = orig(self.detach().cpu(), tensor_contents=tensor_contents)
-        suffix = f"device='{self.device}'"
-        if text.endswith(")"):
-            head = text[:-1]
-            extra = []
-            if self.requires_grad and "requires_grad" not in head:
-                extra.append("requires_grad=True")
-            if self.grad_fn is not None and "grad_fn" not in head:
-                extra.append(f"grad_fn=<{type(self.grad_fn).__name__}>")
-            return head + ", " + ", ".join([suffix] + extra) + ")"
-        return text
+        if tensor_contents is None and self.device.type == "neuron" and self.layout == torch.strided:
+            # as PyTorch does for xla/lazy/mtia: format the values from a host copy (a
+            # synchronisation point); PyTorch still writes the suffixes (device, dtype, grad)
+            prefix = "tensor(" if type(self) in (torch.Tensor, torch.nn.Parameter) else f"{type(self).__name__}("
+            tensor_contents = tstr._tensor_str(self.detach().cpu(), len(prefix))
+        return orig(self, tensor_contents=tensor_contents)
 
     _str.__wrapped__ = orig  # type: ignore[attr-defined]
     tstr._str = _str

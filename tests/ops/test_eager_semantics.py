@@ -122,3 +122,11 @@ def test_native_dtypes_round_trip_and_compute(dtype):
     assert torch.equal(d.cpu(), src)
     if dtype != torch.bool:
         assert torch.equal((d + d).cpu(), src + src)
+
+
+def test_printing_matches_pytorch_accelerator_format():
+    t = torch.tensor([1.0, 2.0], device="neuron", dtype=torch.float16)
+    assert repr(t) == "tensor([1., 2.], device='neuron:0', dtype=torch.float16)"
+    g = torch.ones(2, device="neuron", requires_grad=True) * 2
+    assert repr(g) == "tensor([2., 2.], device='neuron:0', grad_fn=<MulBackward0>)"
+    assert repr(torch.arange(3, device="neuron")) == "tensor([0, 1, 2], device='neuron:0')"
