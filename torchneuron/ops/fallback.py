@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import os
 import warnings
+from time import perf_counter_ns
 
 import torch
 from torch.utils._pytree import tree_map
 
+from ..runtime import activity
 from ..runtime.errors import ERRORS, NeuronFallbackError
 from ..runtime.storage import host, wrap_host
 from . import tracking
@@ -82,9 +84,12 @@ def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
         )
     tracking.fell_back(f.qualified)
     ERRORS.raise_pending()  # the host reads device data: a synchronisation point
+    t0 = perf_counter_ns()
     hargs = tree_map(_to_host, args)
     hkwargs = tree_map(_to_host, kwargs)
     out = op(*hargs, **hkwargs)
+    if activity.RECORDER is not None:
+        activity.RECORDER.record("fallback", f.qualified, hargs, out, t0, perf_counter_ns())
     # written arguments: copy the host's result back into device memory
     for w in f.written:
         d = args[w] if isinstance(w, int) and w < len(args) else kwargs.get(w) if isinstance(w, str) else None

@@ -16,10 +16,12 @@ errors, which the real stack reports while building the launch, raise at once.
 
 from __future__ import annotations
 
+from time import perf_counter_ns
+
 import torch
 from torch.utils._pytree import tree_map
 
-from ..runtime import rng
+from ..runtime import activity, rng
 from ..runtime.errors import ERRORS, NeuronRuntimeError, launch_blocking, make_context
 from ..runtime.storage import fresh_host, host, repoint, view_of, wrap_host
 from . import dtype_policy, tracking
@@ -207,7 +209,12 @@ def functional_kernel(op: torch._ops.OpOverload):
             counter[qualified] -= 1
             return run(op, args, kwargs)
         try:
-            out = call(*hargs, **hkwargs)
+            if activity.RECORDER is None:
+                out = call(*hargs, **hkwargs)
+            else:
+                t0 = perf_counter_ns()
+                out = call(*hargs, **hkwargs)
+                activity.RECORDER.record("kernel", qualified, hargs, out, t0, perf_counter_ns())
         except Exception as err:  # noqa: BLE001 - every kernel error follows the queue's contract
             return _on_error(op, f, args, kwargs, err)
         if isinstance(out, _Tensor):
@@ -252,7 +259,12 @@ def inplace_kernel(op: torch._ops.OpOverload):
             counter[qualified] -= 1
             return run(op, args, kwargs)
         try:
-            call(*hargs, **hkwargs)
+            if activity.RECORDER is None:
+                call(*hargs, **hkwargs)
+            else:
+                t0 = perf_counter_ns()
+                call(*hargs, **hkwargs)
+                activity.RECORDER.record("kernel", qualified, hargs, hargs[0], t0, perf_counter_ns())
         except Exception as err:  # noqa: BLE001 - every kernel error follows the queue's contract
             return _on_error(op, f, args, kwargs, err)
         return args[0] if returns_self else None
@@ -279,12 +291,15 @@ def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
     emulate = unwrap.emulate and not dtype_policy.exact()
     if emulate:
         hargs, hkwargs = _narrow_inputs(f, hargs, hkwargs)
+    t0 = perf_counter_ns()
     try:
         if f.random_without_generator:
             with rng.as_cpu_default():
                 out = op(*hargs, **hkwargs)
         else:
             out = op(*hargs, **hkwargs)
+        if activity.RECORDER is not None:
+            activity.RECORDER.record("kernel", f.qualified, hargs, out, t0, perf_counter_ns())
     except Exception as err:  # noqa: BLE001 - every kernel error follows the queue's contract
         return _on_error(op, f, args, kwargs, err)
     if f.inplace_or_out:

@@ -6,10 +6,12 @@ bytes between host and device, or (``.item()``) are synchronisation points.
 
 from __future__ import annotations
 
+from time import perf_counter_ns
+
 import torch
 from torch._C import DispatchKey, DispatchKeySet
 
-from ..runtime import state
+from ..runtime import activity, state
 from ..runtime.errors import ERRORS
 from ..runtime.storage import block_of, device_tensor, empty_device, host, repoint, wrap_host
 from . import dtype_policy, tracking
@@ -71,17 +73,24 @@ def _src_host(src: torch.Tensor) -> torch.Tensor:
 
 def copy_(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
     tracking.executed("aten::copy_")
+    t0 = perf_counter_ns()
     if self.device.type == "neuron":
         dtype_policy.check_supported(self.dtype)
-        if src.device.type != "neuron":
+        kind = "copy_d2d" if src.device.type == "neuron" else "copy_h2d"
+        if kind == "copy_h2d":
             tracking.transfer("host_to_device", src.nbytes)
+        dst = host(self)
         if self.numel():
-            host(self).copy_(_src_host(src))
+            dst.copy_(_src_host(src))
     else:
         # device -> host: the host must see finished device work (a synchronisation point)
         ERRORS.raise_pending()
+        kind = "copy_d2h"
         tracking.transfer("device_to_host", src.nbytes)
+        dst = self
         self.copy_(_src_host(src))
+    if activity.RECORDER is not None:
+        activity.RECORDER.record(kind, "aten::copy_", (src,), dst, t0, perf_counter_ns())
     return self
 
 
@@ -100,10 +109,12 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non
     target = torch.device(device) if device is not None else self.device
     dtype = dtype or self.dtype
     src = _src_host(self)
+    t0 = perf_counter_ns()
     if target.type == "neuron":
         _check_device(target)
         dtype_policy.check_supported(dtype)
-        if self.device.type != "neuron":
+        kind = "copy_d2d" if self.device.type == "neuron" else "copy_h2d"
+        if kind == "copy_h2d":
             tracking.transfer("host_to_device", self.nbytes)
         if memory_format in (None, torch.preserve_format):
             out = src.to(dtype=dtype, copy=True)
@@ -111,12 +122,17 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non
             out = src.to(dtype=dtype, memory_format=memory_format, copy=True)
         if self.device.type == "neuron" and out.dtype in dtype_policy.EMULATED and out.dtype != self.dtype and not dtype_policy.exact():
             dtype_policy.narrow_output_(out)
-        return wrap_host(out)
-    ERRORS.raise_pending()
-    tracking.transfer("device_to_host", self.nbytes)
-    kw = {} if memory_format in (None, torch.preserve_format) else {"memory_format": memory_format}
-    out = src.to(device=target, dtype=dtype, copy=True, **kw)
-    return out.pin_memory() if pin_memory else out
+        result = wrap_host(out)
+    else:
+        ERRORS.raise_pending()
+        kind = "copy_d2h"
+        tracking.transfer("device_to_host", self.nbytes)
+        kw = {} if memory_format in (None, torch.preserve_format) else {"memory_format": memory_format}
+        out = src.to(device=target, dtype=dtype, copy=True, **kw)
+        result = out = out.pin_memory() if pin_memory else out
+    if activity.RECORDER is not None:
+        activity.RECORDER.record(kind, "aten::_to_copy", (src,), out, t0, perf_counter_ns())
+    return result
 
 
 def local_scalar_dense(self: torch.Tensor):
