@@ -25,12 +25,12 @@ def _boxed_fallback(keyset, op, *args, **kwargs):
 
 def _kernel_for(op):
     """The device kernel, the CPU-fallback kernel, or a dtype-dependent choice of the two."""
-    where = placement.device_dtypes(facts(op).qualified)
-    if where is True or _returns_view(op):  # views are metadata: always on the device
+    cpu = placement.cpu_dtypes(facts(op).qualified)
+    if not cpu or _returns_view(op):  # views are metadata: always on the device
         return _generic_kernel(op)
-    if where is False:
+    if cpu is True:
         return fallback.fallback_kernel(op)
-    return placement.placed_kernel(op, _generic_kernel(op), fallback.fallback_kernel(op), where)
+    return placement.placed_kernel(op, _generic_kernel(op), fallback.fallback_kernel(op), cpu)
 
 
 def _generic_kernel(op):

@@ -1,0 +1,1 @@
+"""Developer tools: generators for the data the package ships."""

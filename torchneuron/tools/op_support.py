@@ -1,0 +1,226 @@
+"""Generate the operator-placement table from what the compiler can lower to StableHLO.
+
+    python -m torchneuron.tools.op_support [--samples 2] [--ops NAME ...]
+
+For every entry of PyTorch's OpInfo database and every dtype in {float32, bfloat16, float16,
+int32, int64, bool} the CPU supports, a few samples are traced with fake tensors (forward, and
+backward in float32 for differentiable ops), which yields the ATen overloads that reach a
+backend. Each overload-with-dtype is placed on the device when its node lowers to StableHLO —
+directly, or after the decompositions the compiler applies — and on the CPU otherwise.
+The result is ``torchneuron/data/op_support.json`` (read by ``ops/placement.py``, so eager,
+adaptive eager and compile mode agree) and the human-readable ``docs/op_support.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import operator
+import os
+import sys
+import warnings
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+import torch.fx as fx
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.int64, torch.bool)
+_SKIP_TARGETS = {operator.getitem}
+
+
+def _dtype_name(dt: torch.dtype) -> str:
+    return str(dt).removeprefix("torch.")
+
+
+def _first_dtype(node: fx.Node) -> str | None:
+    for a in node.all_input_nodes:
+        v = a.meta.get("val")
+        if isinstance(v, torch.Tensor):
+            return _dtype_name(v.dtype)
+    v = node.meta.get("val")
+    if isinstance(v, torch.Tensor):
+        return _dtype_name(v.dtype)
+    if isinstance(v, (list, tuple)):
+        for t in v:
+            if isinstance(t, torch.Tensor):
+                return _dtype_name(t.dtype)
+    return None
+
+
+def _node_supported(node: fx.Node) -> bool:
+    """Lowers as a single node, or decomposes (as the compiler would) into nodes that do."""
+    from torchneuron.compiler.lowering import node_lowers, single_node_graph
+    from torchneuron.compiler.passes import decompositions
+
+    if node_lowers(node):
+        return True
+    table = decompositions()
+    if node.target not in table:
+        return False
+    try:
+        gm = single_node_graph(node)
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        inputs = [p.meta["val"] for p in gm.graph.nodes if p.op == "placeholder"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dgm = make_fx(gm, decomposition_table=table, tracing_mode="fake")(*inputs)
+    except Exception:  # noqa: BLE001 - a decomposition that cannot be traced does not help
+        return False
+    for n in dgm.graph.nodes:
+        if n.op == "call_function" and n.target not in _SKIP_TARGETS:
+            if not node_lowers(n):
+                return False
+    return True
+
+
+def _trace(fn, args) -> fx.GraphModule | None:
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return make_fx(fn, tracing_mode="fake")(*args)
+    except Exception:  # noqa: BLE001 - samples the tracer cannot handle are skipped
+        return None
+
+
+def _sample_graphs(opinfo, dtype, samples: int):
+    sample_iter = opinfo.sample_inputs("cpu", dtype, requires_grad=False)
+    for i, s in enumerate(sample_iter):
+        if i >= samples:
+            break
+        args = [s.input, *s.args]
+        kwargs = dict(s.kwargs)
+        tensor_pos = [j for j, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        if not tensor_pos:
+            continue
+        tensors = [args[j] for j in tensor_pos]
+
+        def fwd(*ts, _args=args, _pos=tensor_pos, _kwargs=kwargs):
+            call = list(_args)
+            for j, t in zip(_pos, ts, strict=True):
+                call[j] = t
+            return opinfo.op(*call, **_kwargs)
+
+        gm = _trace(fwd, tensors)
+        if gm is not None:
+            yield gm
+        if dtype == torch.float32 and opinfo.supports_autograd:
+            def fwd_bwd(*ts, _fwd=fwd):
+                ts = [t.detach().requires_grad_(t.is_floating_point()) for t in ts]
+                out = _fwd(*ts)
+                outs = [o for o in (out if isinstance(out, (list, tuple)) else [out])
+                        if isinstance(o, torch.Tensor) and o.requires_grad]
+                if not outs:
+                    return out
+                diff = [t for t in ts if t.requires_grad]
+                return torch.autograd.grad(sum(o.float().sum() for o in outs), diff, allow_unused=True)
+
+            gm = _trace(fwd_bwd, tensors)
+            if gm is not None:
+                yield gm
+
+
+def generate(samples: int = 2, only: list[str] | None = None, progress: bool = True) -> dict:
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    verdicts: dict[str, dict[str, bool]] = defaultdict(dict)
+    seen_from: dict[str, set[str]] = defaultdict(set)
+    entries = [o for o in op_db if not only or o.name in only]
+    for k, opinfo in enumerate(entries):
+        if progress:
+            print(f"\r[{k + 1}/{len(entries)}] {opinfo.name:<40}", end="", file=sys.stderr, flush=True)
+        supported = opinfo.supported_dtypes("cpu")
+        for dtype in DTYPES:
+            if dtype not in supported:
+                continue
+            try:
+                graphs = list(_sample_graphs(opinfo, dtype, samples))
+            except Exception:  # noqa: BLE001 - OpInfo sample generators can fail for exotic dtypes
+                continue
+            for gm in graphs:
+                for node in gm.graph.nodes:
+                    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+                        continue
+                    qualified = node.target.name()  # "aten::add.Tensor", "aten::sum"
+                    d = _first_dtype(node)
+                    if d is None:
+                        continue
+                    ok = _node_supported(node)
+                    prev = verdicts[qualified].get(d)
+                    verdicts[qualified][d] = ok if prev is None else (prev and ok)
+                    seen_from[qualified].add(opinfo.name)
+    if progress:
+        print(file=sys.stderr)
+    ops = {}
+    for qualified in sorted(verdicts):
+        per = verdicts[qualified]
+        dev = sorted(d for d, ok in per.items() if ok)
+        host = sorted(d for d, ok in per.items() if not ok)
+        ops[qualified] = {
+            "device_dtypes": dev,
+            "cpu_dtypes": host,
+            "seen_in": sorted(seen_from[qualified])[:5],
+        }
+    return ops
+
+
+def write(ops: dict, json_path: Path, md_path: Path, command: str) -> None:
+    import torch_mlir  # noqa: F401 - the version is part of the provenance
+
+    from torchneuron.compiler.executable import compiler_version
+
+    meta = {
+        "generated": _dt.date.today().isoformat(),
+        "command": command,
+        "torch": torch.__version__,
+        "compiler": compiler_version(),
+        "rule": "an overload+dtype runs on the NeuronCore when it lowers to StableHLO "
+        "(directly or after the compiler's decompositions); unlisted overloads run on the device",
+    }
+    json_path.write_text(json.dumps({"meta": meta, "ops": ops}, indent=1, sort_keys=True) + "\n")
+    n_dev = sum(1 for v in ops.values() if v["device_dtypes"] and not v["cpu_dtypes"])
+    n_cpu = sum(1 for v in ops.values() if v["cpu_dtypes"] and not v["device_dtypes"])
+    n_mixed = len(ops) - n_dev - n_cpu
+    lines = [
+        "# Operator support on the NeuronCore",
+        "",
+        f"Generated {meta['generated']} by `{command}` (torch {meta['torch']}, {meta['compiler']}).",
+        "",
+        "An ATen overload runs on the device for a dtype when the compiler lowers it to StableHLO,",
+        "directly or after its decompositions; otherwise it runs on the CPU through an explicit",
+        "host round trip (`Operator 'aten::X' executed via CPU fallback`). Overloads not listed",
+        "here were not reached by PyTorch's OpInfo samples and run on the device.",
+        "",
+        f"**{len(ops)} overloads probed: {n_dev} on the device for every probed dtype, "
+        f"{n_cpu} on the CPU, {n_mixed} depending on the dtype.**",
+        "",
+        "| overload | device dtypes | CPU-fallback dtypes |",
+        "|---|---|---|",
+    ]
+    for q, v in ops.items():
+        lines.append(f"| `{q}` | {', '.join(v['device_dtypes']) or '—'} | {', '.join(v['cpu_dtypes']) or '—'} |")
+    md_path.write_text("\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Generate the operator-placement table.")
+    p.add_argument("--samples", type=int, default=2, help="OpInfo samples per (op, dtype)")
+    p.add_argument("--ops", nargs="*", help="only these OpInfo names (for a quick look)")
+    root = Path(__file__).resolve().parents[2]
+    p.add_argument("--json", type=Path, default=root / "torchneuron" / "data" / "op_support.json")
+    p.add_argument("--md", type=Path, default=root / "docs" / "op_support.md")
+    args = p.parse_args(argv)
+    os.environ.setdefault("TORCHNEURON_FALLBACK", "silent")
+    ops = generate(samples=args.samples, only=args.ops)
+    command = "python -m torchneuron.tools.op_support" + (f" --samples {args.samples}" if args.samples != 2 else "")
+    write(ops, args.json, args.md, command)
+    print(f"wrote {args.json} and {args.md}: {len(ops)} overloads")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
