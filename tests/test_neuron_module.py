@@ -122,3 +122,16 @@ def test_torch_manual_seed_reaches_device_and_cpu_stream_is_separate():
     torch.manual_seed(7)
     torch.randn(3, device="neuron")  # draws from the device generator only
     assert torch.equal(torch.randn(3), ref)
+
+
+def test_memory_snapshot_history():
+    torch.neuron.record_memory_history("all")
+    try:
+        x = torch.empty(1000, device="neuron")
+        del x
+        snap = torch.neuron.memory_snapshot()
+    finally:
+        torch.neuron.record_memory_history(None)
+    actions = [e["action"] for e in snap["history"]]
+    assert "alloc" in actions and "free" in actions
+    assert snap["capacity_bytes"] == torch.neuron.get_device_properties().total_memory

@@ -35,6 +35,8 @@ from .ops.tracking import (  # noqa: E402
 from .runtime.errors import NeuronFallbackError, NeuronRuntimeError  # noqa: E402
 
 __all__ = [
+    "Estimate",
+    "estimate",
     "NeuronFallbackError",
     "NeuronRuntimeError",
     "transfer_stats",
@@ -89,11 +91,23 @@ def _register() -> None:
         from . import torch_glue
 
         torch_glue.install()
+        from .profiler import integration  # torch.profiler sees the device from the start
+
+        integration.install()
         _registered = True
 
 
 def is_registered() -> bool:
     return _registered
+
+
+def __getattr__(name: str):
+    # the cost model is imported on first use (it is not needed to run the device)
+    if name in ("estimate", "Estimate"):
+        from . import profiler
+
+        return getattr(profiler, name)
+    raise AttributeError(f"module 'torchneuron' has no attribute {name!r}")
 
 
 _register()

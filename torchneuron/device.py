@@ -22,7 +22,7 @@ __all__ = [
     "synchronize", "is_bf16_supported",
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
     "reset_peak_memory_stats", "reset_max_memory_allocated", "memory_stats", "memory_summary",
-    "mem_get_info", "empty_cache",
+    "mem_get_info", "empty_cache", "memory_snapshot", "record_memory_history",
     "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed", "get_rng_state",
     "set_rng_state", "get_rng_state_all", "set_rng_state_all",
     "Stream", "Event", "stream", "current_stream", "default_stream", "set_stream",
@@ -192,6 +192,21 @@ def mem_get_info(device: Any = None) -> tuple[int, int]:
 
 def empty_cache() -> None:
     _state.allocator().empty_cache()
+
+
+def memory_snapshot() -> dict:
+    """Device allocations and frees recorded since ``record_memory_history()`` (see profiler)."""
+    from .profiler import memory_snapshot as snapshot
+
+    return snapshot()
+
+
+def record_memory_history(enabled: str | bool | None = "all", max_entries: int = 100_000) -> None:
+    """Start (``"all"``/``True``) or stop (``None``/``False``) recording the device's
+    allocation history, as ``torch.cuda.memory._record_memory_history`` does."""
+    from .profiler import record_memory_history as record
+
+    return record(bool(enabled), max_entries=max_entries)
 
 
 # ---- RNG -------------------------------------------------------------------------------------

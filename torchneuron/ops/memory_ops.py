@@ -138,7 +138,14 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non
 def local_scalar_dense(self: torch.Tensor):
     ERRORS.raise_pending()
     tracking.executed("aten::_local_scalar_dense")
-    return host(self).item()
+    tracking.transfer("device_to_host", self.element_size())
+    h = host(self)
+    if activity.RECORDER is None:
+        return h.item()
+    t0 = perf_counter_ns()
+    value = h.item()
+    activity.RECORDER.record("copy_d2h", "aten::_local_scalar_dense", (h,), h, t0, perf_counter_ns())
+    return value
 
 
 # ---- views: same storage, new geometry (the Meta kernels compute it) ------------------------

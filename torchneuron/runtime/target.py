@@ -63,6 +63,9 @@ class Target:
     chip_to_chip_bandwidth: float = 0.0  # bytes/s per chip (NeuronLink)
     efa_bandwidth_per_node: float = 0.0  # bytes/s
     chips_per_node: int = 16
+    # host<->device link per chip, bytes/s: PCIe Gen5 x16 (~64 GB/s). An assumption used by the
+    # profiler's cost model for copies and CPU fallbacks; not a published Trainium figure.
+    host_link_bandwidth_per_chip: float = 64e9
     hbm_override_bytes: int | None = None
     # NKI tile limits (nl.tile_size) and instruction costs
     pe_array_rows: int = 128  # Tensor Engine systolic array: contraction (partition) rows

@@ -1,0 +1,56 @@
+"""The ``torchneuron`` command line (``pyproject``: ``torchneuron = "torchneuron.cli:main"``).
+
+Subcommands register themselves in :data:`COMMANDS` (name -> (help, add_arguments, run)); add
+new ones there without touching the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _add_estimate(p: argparse.ArgumentParser) -> None:
+    p.add_argument("script", help="a Python script that runs steps on the neuron device")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+    p.add_argument("--target", choices=("trn2", "trn3"), help="price on this target (trn2, trn3; default: TORCHNEURON_TARGET)")
+    p.add_argument("--top", type=int, default=10, help="ops shown in the table")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+
+def _run_estimate(ns: argparse.Namespace) -> int:
+    from .profiler.script import estimate_script
+
+    return estimate_script(ns.script, ns.args, target=ns.target, top=ns.top, as_json=ns.json)
+
+
+def _add_profile_report(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", help="a Chrome trace (.json or .json.gz) from torch.profiler with torchneuron")
+    p.add_argument("-o", "--output", help="HTML file to write (default: next to the trace)")
+
+
+def _run_profile_report(ns: argparse.Namespace) -> int:
+    from .profiler.report import write_report
+
+    out = write_report(ns.trace, ns.output)
+    print(out)
+    return 0
+
+
+COMMANDS: dict = {
+    "estimate": ("estimate a script's steps on the target with the Trainium cost model", _add_estimate, _run_estimate),
+    "profile-report": ("render a profile trace to an HTML report with plots", _add_profile_report, _run_profile_report),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="torchneuron", description="torchneuron tools")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (help_, add, _run) in COMMANDS.items():
+        add(sub.add_parser(name, help=help_, description=help_))
+    ns = parser.parse_args(argv)
+    return int(COMMANDS[ns.command][2](ns) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""Device memory timeline and snapshots (``torch.neuron.memory_snapshot``).
+
+``record_memory_history(True)`` keeps every allocation and free of ``neuron:0`` (time, bytes,
+allocated and reserved totals after it) until turned off; ``memory_snapshot()`` returns the
+allocator's statistics, its cache of free blocks, and that history. Profiles with
+``ProfilerActivity.PrivateUse1`` record the same events into their trace as a counter track.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..runtime import state
+from .recorder import MemoryEvent
+
+_history: list[MemoryEvent] | None = None
+_max_entries = 0
+
+
+def _observer(action: str, nbytes: int, allocated: int) -> None:
+    h = _history
+    if h is None:
+        return
+    h.append(MemoryEvent(time.perf_counter_ns(), action, nbytes, allocated, state.allocator().reserved))
+    if _max_entries and len(h) > _max_entries:
+        del h[: len(h) - _max_entries]
+
+
+def record_memory_history(enabled: bool = True, max_entries: int = 100_000) -> None:
+    """Start (``True``) or stop (``False``) keeping the allocation/free history of ``neuron:0``."""
+    global _history, _max_entries
+    obs = state.allocator().observers
+    if enabled:
+        _max_entries = max_entries
+        if _history is None:
+            _history = []
+        if _observer not in obs:
+            obs.append(_observer)
+    else:
+        if _observer in obs:
+            obs.remove(_observer)
+        _history = None
+
+
+def memory_snapshot() -> dict:
+    """The device memory state: statistics, cached free blocks and (if recording) history.
+
+    Keys: ``device``, ``target``, ``capacity_bytes``, ``stats`` (as ``memory_stats()``),
+    ``cached_blocks`` (``[{"size": bytes, "count": n}]``), ``history``
+    (``[{"t_ns", "action", "nbytes", "allocated", "reserved"}]``, empty unless
+    :func:`record_memory_history` is on).
+    """
+    alloc = state.allocator()
+    with alloc._lock:
+        cached = [{"size": size, "count": len(bucket)} for size, bucket in alloc._cache.items()]
+    hist = list(_history or ())
+    return {
+        "device": "neuron:0",
+        "target": state.target().name,
+        "capacity_bytes": alloc.capacity,
+        "stats": alloc.stats(),
+        "cached_blocks": cached,
+        "history": [
+            {"t_ns": m.t_ns, "action": m.action, "nbytes": m.nbytes, "allocated": m.allocated, "reserved": m.reserved}
+            for m in hist
+        ],
+    }
+
+
+__all__ = ["memory_snapshot", "record_memory_history"]
