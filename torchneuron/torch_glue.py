@@ -6,9 +6,15 @@ PyTorch's own function otherwise.
 * ``torch.accelerator.synchronize/current_stream/set_stream``: the C++ bridge for Python device
   guards answers these itself (a no-op or "Backend doesn't support synchronizing"), so they
   are pointed at the neuron queue.
-* storage moves (``UntypedStorage.to("neuron")``, used by ``torch.load``): PyTorch allocates
-  the target with ``torch.UntypedStorage(n, device=...)``, which needs a C++ allocator; for
-  ``neuron`` the storage comes from the device allocator instead.
+* storage allocation (``torch.UntypedStorage(n, device="neuron")``, used by ``torch.load``,
+  ``storage.clone()`` and so ``copy.deepcopy``): PyTorch allocates it with the device's C++
+  allocator, which a Python backend cannot provide (the process would crash); for ``neuron``
+  the storage comes from the device allocator instead.
+* ``Tensor.pin_memory()`` while ``neuron`` is the accelerator: page-locked staging memory
+  needs a C++ pinned allocator; the simulated device's memory *is* host memory, so a plain
+  host copy is what pinning would achieve (DataLoader's ``pin_memory=True`` keeps working).
+* Dynamo: frames of the device's own kernels and runtime are never traced (they run when
+  compiled code falls back to eager, and would otherwise be compiled themselves).
 * ``Module.to("neuron")``: PyTorch only swaps parameter data in place (keeping identity, so
   tied weights stay tied) between its own dense backends; for a PrivateUse1 device it makes a
   new Parameter per module, silently untying shared weights. The ties are restored.
@@ -55,6 +61,46 @@ def _patch_accelerator() -> None:
         f.__doc__ = o.__doc__
         f.__wrapped__ = o  # type: ignore[attr-defined]
     acc.synchronize, acc.current_stream, acc.set_stream = synchronize, current_stream, set_stream
+
+
+def _patch_storage_new() -> None:
+    storage_cls = torch.UntypedStorage
+    orig_new = storage_cls.__new__
+
+    def __new__(cls, *args, device=None, **kwargs):
+        if device is not None and cls is storage_cls and len(args) == 1 and isinstance(args[0], int) and not kwargs:
+            d = device if isinstance(device, torch.device) else torch.device(device)
+            if d.type == "neuron":
+                return torch.empty(args[0], dtype=torch.uint8, device=d).untyped_storage()
+        if device is not None:
+            kwargs["device"] = device
+        return orig_new(cls, *args, **kwargs)
+
+    storage_cls.__new__ = __new__  # type: ignore[method-assign]
+
+
+def _patch_pin_memory() -> None:
+    orig = torch.Tensor.pin_memory
+
+    def pin_memory(self, *args, **kwargs):
+        try:
+            return orig(self, *args, **kwargs)
+        except (NotImplementedError, RuntimeError) as err:
+            if "getPinnedMemoryAllocator" not in str(err) or self.device.type != "cpu":
+                raise
+            return self.clone(memory_format=torch.contiguous_format)
+
+    pin_memory.__doc__ = orig.__doc__
+    pin_memory.__wrapped__ = orig  # type: ignore[attr-defined]
+    torch.Tensor.pin_memory = pin_memory  # type: ignore[method-assign]
+
+
+def skip_in_dynamo() -> None:
+    """Keep Dynamo out of the device's kernels and runtime (called once torch._dynamo loads)."""
+    import torch._dynamo.trace_rules as rules
+
+    for mod in ("torchneuron.ops", "torchneuron.runtime", "torchneuron.profiler"):
+        rules.add(mod)
 
 
 def _patch_storage_to() -> None:
@@ -138,7 +184,13 @@ def install() -> None:
     if _done:
         return
     _patch_accelerator()
+    _patch_storage_new()
     _patch_storage_to()
+    _patch_pin_memory()
     _patch_printing()
     _patch_module_apply()
+    import sys
+
+    if "torch._dynamo" in sys.modules:
+        skip_in_dynamo()
     _done = True

@@ -55,3 +55,10 @@ def test_sdpa_bf16_and_inference_mode():
     with torch.inference_mode():
         out = F.scaled_dot_product_attention(*(t.detach().to("neuron") for t in (q, k, v)), is_causal=True)
     torch.testing.assert_close(out.cpu(), ref)
+
+
+def test_sdpa_3d_inputs_take_the_math_path():
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(4, n, 8, generator=g) for n in (3, 6, 6))
+    out = F.scaled_dot_product_attention(q.to("neuron"), k.to("neuron"), v.to("neuron"))
+    torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(q, k, v), rtol=1e-5, atol=1e-6)

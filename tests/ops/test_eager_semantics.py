@@ -130,3 +130,47 @@ def test_printing_matches_pytorch_accelerator_format():
     g = torch.ones(2, device="neuron", requires_grad=True) * 2
     assert repr(g) == "tensor([2., 2.], device='neuron:0', grad_fn=<MulBackward0>)"
     assert repr(torch.arange(3, device="neuron")) == "tensor([0, 1, 2], device='neuron:0')"
+
+
+def test_deepcopy_and_storage_allocation_on_device():
+    import copy
+
+    m = torch.nn.Linear(3, 3).to("neuron")
+    m2 = copy.deepcopy(m)  # clones storages: must not need a C++ allocator
+    assert m2.weight.device.type == "neuron" and m2.weight.data_ptr() != m.weight.data_ptr()
+    assert torch.equal(m2.weight.cpu(), m.weight.cpu())
+    s = torch.UntypedStorage(16, device="neuron")
+    assert s.device.type == "neuron" and s.nbytes() == 16
+    assert torch.UntypedStorage(8).device.type == "cpu"
+
+
+def test_pin_memory_works_with_neuron_as_accelerator():
+    x = torch.arange(6.0)
+    p = x.pin_memory()
+    assert torch.equal(p, x) and p.data_ptr() != x.data_ptr()
+    assert torch.equal(p.to("neuron", non_blocking=True).cpu(), x)
+
+
+def test_legacy_inplace_resize_and_out_resize_keep_geometry():
+    o = torch.zeros(5, device="neuron")
+    torch.add(torch.ones(1, 5, device="neuron"), 1, out=torch.empty(0, device="neuron"))
+    a, b = torch.randn(10), torch.randn(10, 5)
+    m = torch.empty(0, device="neuron")
+    torch.matmul(a.to("neuron"), b.to("neuron"), out=m)
+    assert m.shape == (5,) and m.cpu().shape == (5,)
+    torch.testing.assert_close(m.cpu(), a @ b)
+    o.resize_(1, 5)
+    assert o.cpu().shape == (1, 5)
+    d = torch.randn(1)
+    x1, x2 = torch.randn(5, 5, 5), torch.randn(5, 5, 10)
+    dd = d.to("neuron")
+    dd.addbmm_(x1.to("neuron"), x2.to("neuron"))
+    ref = d.clone().addbmm_(x1, x2)
+    assert dd.shape == ref.shape
+    torch.testing.assert_close(dd.cpu(), ref)
+
+
+def test_efficient_zero_tensor_in_backward():
+    x = torch.randn(3, device="neuron", requires_grad=True)
+    (g,) = torch.autograd.grad(torch.sgn(x).sum(), x)
+    assert g.device.type == "neuron" and g.abs().sum().item() == 0.0

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ..runtime.storage import host
+from ..runtime.storage import _BLOCK, host
 
 aten = torch.ops.aten
 _FLASH = 1  # sdp::SDPBackend::flash_attention
@@ -26,9 +26,18 @@ def _choice(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa) -> int:
     )
 
 
+def _device_memory(t) -> bool:
+    """A real device tensor (not a fake or functional one seen while tracing)."""
+    return t.device.type == "neuron" and _BLOCK in t.untyped_storage().__dict__
+
+
 def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False):
-    if query.device.type == "neuron" and key.device.type == "neuron" and value.device.type == "neuron" and (
-        attn_mask is None or attn_mask.device.type == "neuron"
+    # The fused CPU kernel takes 4-D [B, H, T, D] tensors; while tracing (torch.compile) the
+    # math path is what the compiler lowers.
+    if (
+        query.dim() == 4 and key.dim() == 4 and value.dim() == 4
+        and _device_memory(query) and _device_memory(key) and _device_memory(value)
+        and (attn_mask is None or _device_memory(attn_mask))
     ):
         if _choice(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa) == _FLASH:
             if attn_mask is not None and attn_mask.dtype == torch.bool:

@@ -23,7 +23,7 @@ from torch.utils._pytree import tree_map
 
 from ..runtime import activity, rng
 from ..runtime.errors import ERRORS, NeuronRuntimeError, launch_blocking, make_context
-from ..runtime.storage import fresh_host, host, repoint, view_of, wrap_host
+from ..runtime.storage import forget_alias, fresh_host, host, repoint, view_of, wrap_host
 from . import dtype_policy, tracking
 from .opinfo import OpFacts, facts
 
@@ -113,6 +113,9 @@ def _sync_metadata(d: _Tensor, h: _Tensor) -> None:
     )
     if same_storage and h.shape == d.shape and h.stride() == d.stride() and h.storage_offset() == d.storage_offset():
         return
+    # the kernel restrided or reallocated the alias it was given: the cached alias (if it was
+    # that object) no longer describes the storage's original geometry
+    forget_alias(d)
     if same_storage:
         repoint(d, None, h.shape, h.stride(), h.storage_offset())
     else:
@@ -267,6 +270,9 @@ def inplace_kernel(op: torch._ops.OpOverload):
                 activity.RECORDER.record("kernel", qualified, hargs, hargs[0], t0, perf_counter_ns())
         except Exception as err:  # noqa: BLE001 - every kernel error follows the queue's contract
             return _on_error(op, f, args, kwargs, err)
+        d, h = args[0], hargs[0]
+        if isinstance(d, _Tensor) and h.shape != d.shape:
+            _sync_metadata(d, h)  # a few legacy in-place ops (addbmm_ …) resize self
         return args[0] if returns_self else None
 
     kernel.__name__ = f"neuron_{op.__name__}"

@@ -222,6 +222,14 @@ def set_empty(self: torch.Tensor) -> torch.Tensor:
     return self
 
 
+def efficientzerotensor(size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    """Autograd's "known to be zero" tensor: on the device, real zeros (no ZeroTensor key)."""
+    t = empty_memory_format(size, dtype=dtype, device=device)
+    if t.numel():
+        host(t).zero_()
+    return t
+
+
 def record_stream(self, stream) -> None:
     return None  # one in-order queue: nothing to track
 
@@ -249,6 +257,7 @@ KERNELS = {
     "set_.source_Storage_storage_offset": set_source_storage_offset,
     "set_": set_empty,
     "record_stream": record_stream,
+    "_efficientzerotensor": efficientzerotensor,
 }
 
 __all__ = ["KERNELS", "VIEW_OPS", "device_tensor"]

@@ -82,6 +82,14 @@ def host(t: torch.Tensor) -> torch.Tensor:
     return h
 
 
+def forget_alias(t: torch.Tensor) -> None:
+    """Drop the cached host alias of ``t``'s storage (a kernel changed the alias's geometry)."""
+    block = t.untyped_storage().__dict__.get(_BLOCK)
+    if block is not None:
+        block.alias_key = None
+        block.alias = None
+
+
 def fresh_host(t: torch.Tensor) -> torch.Tensor:
     """Like :func:`host`, but a new alias object that the caller may restride in place."""
     return _flat(block_of(t), t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())

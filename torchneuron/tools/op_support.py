@@ -49,8 +49,31 @@ def _first_dtype(node: fx.Node) -> str | None:
     return None
 
 
+_verdicts: dict[str, bool] = {}
+_state_dir: Path | None = None
+
+
 def _node_supported(node: fx.Node) -> bool:
-    """Lowers as a single node, or decomposes (as the compiler would) into nodes that do."""
+    """Lowers as a single node, or decomposes (as the compiler would) into nodes that do.
+
+    torch-mlir can abort the process on some inputs (an LLVM fatal error): the key being probed
+    is written to ``pending`` first, so the parent process can mark it unsupported and resume.
+    """
+    from torchneuron.compiler.lowering import _key
+
+    key = repr(_key(node))
+    hit = _verdicts.get(key)
+    if hit is None:
+        if _state_dir is not None:
+            (_state_dir / "pending").write_text(key)
+        hit = _verdicts[key] = _probe(node)
+        if _state_dir is not None:
+            with open(_state_dir / "verdicts.jsonl", "a") as f:
+                f.write(json.dumps([key, hit]) + "\n")
+    return hit
+
+
+def _probe(node: fx.Node) -> bool:
     from torchneuron.compiler.lowering import node_lowers, single_node_graph
     from torchneuron.compiler.passes import decompositions
 
@@ -124,37 +147,88 @@ def _sample_graphs(opinfo, dtype, samples: int):
                 yield gm
 
 
-def generate(samples: int = 2, only: list[str] | None = None, progress: bool = True) -> dict:
+def _entries(only: list[str] | None):
     from torch.testing._internal.common_methods_invocations import op_db
 
+    return [o for o in op_db if not only or o.name in only]
+
+
+def _worker(state_dir: Path, samples: int, only: list[str] | None) -> None:
+    """Probe the OpInfo entries from the recorded position on, appending records."""
+    global _state_dir
+    _state_dir = state_dir
+    vfile = state_dir / "verdicts.jsonl"
+    if vfile.exists():
+        for line in vfile.read_text().splitlines():
+            if line.strip():
+                k, v = json.loads(line)
+                _verdicts[k] = v
+    entries = _entries(only)
+    progress_file = state_dir / "progress"
+    start = int(progress_file.read_text()) if progress_file.exists() else 0
+    for k in range(start, len(entries)):
+        opinfo = entries[k]
+        print(f"\r[{k + 1}/{len(entries)}] {opinfo.name:<40}", end="", file=sys.stderr, flush=True)
+        records = _probe_entry(opinfo, samples)
+        with open(state_dir / "records.jsonl", "a") as f:
+            for r in records:
+                f.write(json.dumps(r) + "\n")
+        progress_file.write_text(str(k + 1))
+    print(file=sys.stderr)
+
+
+def _probe_entry(opinfo, samples: int) -> list[list]:
+    """[overload, dtype, lowers, opinfo name] for every backend node of the entry's samples."""
+    records: list[list] = []
+    supported = opinfo.supported_dtypes("cpu")
+    for dtype in DTYPES:
+        if dtype not in supported:
+            continue
+        try:
+            graphs = list(_sample_graphs(opinfo, dtype, samples))
+        except Exception:  # noqa: BLE001 - OpInfo sample generators can fail for exotic dtypes
+            continue
+        for gm in graphs:
+            for node in gm.graph.nodes:
+                if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+                    continue
+                qualified = node.target.name()  # "aten::add.Tensor", "aten::sum"
+                d = _first_dtype(node)
+                if d is not None:
+                    records.append([qualified, d, _node_supported(node), opinfo.name])
+    return records
+
+
+def generate(samples: int = 2, only: list[str] | None = None, state_dir: Path | None = None) -> dict:
+    """Run the probing in a worker process, restarting it past any probe that aborts it."""
+    import subprocess
+    import tempfile
+
+    state = Path(state_dir or tempfile.mkdtemp(prefix="op_support_"))
+    state.mkdir(parents=True, exist_ok=True)
+    crashes = 0
+    while True:
+        cmd = [sys.executable, "-m", "torchneuron.tools.op_support", "--worker", str(state), "--samples", str(samples)]
+        if only:
+            cmd += ["--ops", *only]
+        if subprocess.run(cmd).returncode == 0:
+            break
+        pending = (state / "pending").read_text() if (state / "pending").exists() else None
+        if pending is None:
+            raise RuntimeError("op_support worker failed before probing anything")
+        crashes += 1
+        print(f"\nprobe aborted the compiler, marked unsupported: {pending}", file=sys.stderr)
+        with open(state / "verdicts.jsonl", "a") as f:
+            f.write(json.dumps([pending, False]) + "\n")
+        if crashes > 200:
+            raise RuntimeError("too many compiler aborts")
     verdicts: dict[str, dict[str, bool]] = defaultdict(dict)
     seen_from: dict[str, set[str]] = defaultdict(set)
-    entries = [o for o in op_db if not only or o.name in only]
-    for k, opinfo in enumerate(entries):
-        if progress:
-            print(f"\r[{k + 1}/{len(entries)}] {opinfo.name:<40}", end="", file=sys.stderr, flush=True)
-        supported = opinfo.supported_dtypes("cpu")
-        for dtype in DTYPES:
-            if dtype not in supported:
-                continue
-            try:
-                graphs = list(_sample_graphs(opinfo, dtype, samples))
-            except Exception:  # noqa: BLE001 - OpInfo sample generators can fail for exotic dtypes
-                continue
-            for gm in graphs:
-                for node in gm.graph.nodes:
-                    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
-                        continue
-                    qualified = node.target.name()  # "aten::add.Tensor", "aten::sum"
-                    d = _first_dtype(node)
-                    if d is None:
-                        continue
-                    ok = _node_supported(node)
-                    prev = verdicts[qualified].get(d)
-                    verdicts[qualified][d] = ok if prev is None else (prev and ok)
-                    seen_from[qualified].add(opinfo.name)
-    if progress:
-        print(file=sys.stderr)
+    for line in (state / "records.jsonl").read_text().splitlines():
+        qualified, d, ok, name = json.loads(line)
+        prev = verdicts[qualified].get(d)
+        verdicts[qualified][d] = ok if prev is None else (prev and ok)
+        seen_from[qualified].add(name)
     ops = {}
     for qualified in sorted(verdicts):
         per = verdicts[qualified]
@@ -213,9 +287,14 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(__file__).resolve().parents[2]
     p.add_argument("--json", type=Path, default=root / "torchneuron" / "data" / "op_support.json")
     p.add_argument("--md", type=Path, default=root / "docs" / "op_support.md")
+    p.add_argument("--state", type=Path, help="working folder (resumable); default: a new temp folder")
+    p.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     os.environ.setdefault("TORCHNEURON_FALLBACK", "silent")
-    ops = generate(samples=args.samples, only=args.ops)
+    if args.worker:
+        _worker(args.worker, args.samples, args.ops)
+        return 0
+    ops = generate(samples=args.samples, only=args.ops, state_dir=args.state)
     command = "python -m torchneuron.tools.op_support" + (f" --samples {args.samples}" if args.samples != 2 else "")
     write(ops, args.json, args.md, command)
     print(f"wrote {args.json} and {args.md}: {len(ops)} overloads")
