@@ -1,0 +1,135 @@
+"""The executable cache: warm starts, corrupt entries, concurrent processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from torchneuron.compiler.cache import ExecutableCache, cache_key
+
+# A script compiling and training a small model for two steps; prints the metrics as JSON.
+_SCRIPT = textwrap.dedent(
+    """
+    import json, sys, torch
+    import torch.nn.functional as F
+    sys.path.insert(0, {tests!r})
+    from models import MLP
+    torch.manual_seed(0)
+    model = MLP().to("neuron")
+    compiled = torch.compile(model, backend="neuron")
+    x = torch.randn(8, 32, device="neuron")
+    y = torch.randint(0, 10, (8,), device="neuron")
+    for _ in range(2):
+        F.cross_entropy(compiled(x), y).backward()
+    import torchneuron.compiler as tnc
+    m = tnc.get_metrics()
+    print("METRICS " + json.dumps({{k: v for k, v in m.items() if k != "graphs"}}))
+    print("GRAD " + repr(float(model.net[0].weight.grad.abs().sum().cpu())))
+    """
+)
+
+
+def _run(cache_dir: Path, wait: bool = True):
+    env = dict(os.environ, TORCHNEURON_CACHE_DIR=str(cache_dir))
+    env.pop("TORCHNEURON_DUMP_DIR", None)
+    code = _SCRIPT.format(tests=str(Path(__file__).parent))
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    return _result(proc) if wait else proc
+
+
+def _result(proc):
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    metrics = json.loads(next(ln for ln in out.splitlines() if ln.startswith("METRICS "))[8:])
+    grad = float(next(ln for ln in out.splitlines() if ln.startswith("GRAD "))[5:])
+    return metrics, grad, err
+
+
+def test_warm_start_in_a_new_process_compiles_nothing(tmp_path):
+    cold, grad_cold, _ = _run(tmp_path)
+    assert cold["cache_misses"] == 2 and cold["compile_seconds"] > 0
+    warm, grad_warm, _ = _run(tmp_path)
+    assert warm["cache_misses"] == 0 and warm["cache_hits"] == 2
+    assert warm["compile_seconds"] == 0
+    assert grad_warm == grad_cold
+
+
+def test_corrupt_entry_is_detected_and_recompiled(cache_root):
+    import torch
+
+    from torchneuron.compiler import get_metrics, reset_metrics
+    from torchneuron.compiler.cache import CACHE
+
+    def f(x, w):
+        return torch.tanh(x @ w) * 3 - 1
+
+    x, w = torch.randn(6, 5, device="neuron"), torch.randn(5, 7, device="neuron")
+    ref = torch.compile(f, backend="neuron")(x, w).cpu()
+    entries = {e["path"] for e in CACHE.entries()}
+    torch._dynamo.reset()
+    CACHE.clear_memory()
+    reset_metrics()
+    # truncate every entry, then flip one byte in the payload of the rewritten entry
+    for p in entries:
+        data = Path(p).read_bytes()
+        Path(p).write_bytes(data[: len(data) // 2])
+    with pytest.warns(RuntimeWarning, match="corrupt compile cache entry"):
+        out = torch.compile(f, backend="neuron")(x, w)
+    torch.testing.assert_close(out.cpu(), ref)
+    m = get_metrics()
+    assert m["corrupt_cache_entries"] >= 1 and m["cache_misses"] == 1
+    (path,) = [e["path"] for e in CACHE.entries() if e.get("graph") == next(iter(m["graphs"]))]
+    blob = bytearray(Path(path).read_bytes())
+    blob[-100] ^= 0xFF
+    Path(path).write_bytes(bytes(blob))
+    torch._dynamo.reset()
+    CACHE.clear_memory()
+    reset_metrics()
+    with pytest.warns(RuntimeWarning, match="checksum"):
+        out = torch.compile(f, backend="neuron")(x, w)
+    torch.testing.assert_close(out.cpu(), ref)
+    assert get_metrics()["cache_misses"] == 1
+
+
+@pytest.mark.slow
+def test_two_processes_compiling_the_same_graph_compile_it_once(tmp_path):
+    procs = [_run(tmp_path, wait=False) for _ in range(2)]
+    results = [_result(p) for p in procs]
+    assert sum(m["cache_misses"] for m, _, _ in results) == 2  # fwd + bwd, once in total
+    assert sum(m["cache_hits"] for m, _, _ in results) == 2
+    assert results[0][1] == results[1][1]
+
+
+def test_cache_unit_roundtrip_and_corruption(tmp_path):
+    cache = ExecutableCache(tmp_path, use_disk=True)
+    key = cache_key("module {}", "v1", ("--flag",), "trn2")
+    assert key != cache_key("module {}", "v2", ("--flag",), "trn2")
+    assert key != cache_key("module {}", "v1", ("--other",), "trn2")
+    assert key != cache_key("module {}", "v1", ("--flag",), "trn3")
+    calls = []
+
+    def compile_fn():
+        calls.append(1)
+        return b"\x00payload" * 100
+
+    assert cache.get_or_compile(key, compile_fn, {}).source == "compiled"
+    assert cache.get_or_compile(key, compile_fn, {}).source == "memory"
+    fresh = ExecutableCache(tmp_path, use_disk=True)
+    assert fresh.get_or_compile(key, compile_fn, {}).source == "disk"
+    assert len(calls) == 1
+    path = fresh.path(key)
+    path.write_bytes(b"garbage")
+    fresh.clear_memory()
+    with pytest.warns(RuntimeWarning, match="corrupt compile cache entry"):
+        assert fresh.get_or_compile(key, compile_fn, {}).source == "compiled"
+    assert len(calls) == 2
+    assert [e["key"] for e in fresh.entries()] == [key]
+    assert not list(path.parent.glob("*.tmp"))
+    assert fresh.clear_disk() == 1

@@ -1,0 +1,96 @@
+"""Nodes that do not lower stay outside compiled regions and run eagerly on the device."""
+
+from __future__ import annotations
+
+import torch
+from helpers import DEVICE
+
+from torchneuron.compiler import get_metrics
+
+
+@torch.library.custom_op("tn_compiler_test::soft_clip", mutates_args=())
+def soft_clip(x: torch.Tensor, limit: float) -> torch.Tensor:
+    """A custom operator: no lowering to StableHLO exists for it."""
+    return limit * torch.tanh(x / limit)
+
+
+@soft_clip.register_fake
+def _(x, limit):
+    return torch.empty_like(x)
+
+
+def _soft_clip_backward(ctx, grad):
+    (x,) = ctx.saved_tensors
+    t = torch.tanh(x / ctx.limit)
+    return grad * (1 - t * t), None
+
+
+def _setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+    ctx.limit = inputs[1]
+
+
+soft_clip.register_autograd(_soft_clip_backward, setup_context=_setup)
+
+
+class Clipped(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(16, 32)
+        self.b = torch.nn.Linear(32, 4)
+
+    def forward(self, x):
+        h = soft_clip(self.a(x).relu() * 2.0, 1.5)
+        return self.b(h + 1.0).softmax(-1)
+
+
+def _placements():
+    return {gid: g["placement"] for gid, g in get_metrics()["graphs"].items()}
+
+
+def test_unsupported_op_runs_eagerly_and_result_is_correct():
+    torch.manual_seed(0)
+    model = Clipped().to(DEVICE)
+    x = torch.randn(8, 16, device=DEVICE)
+    with torch.no_grad():
+        ref = model(x)
+        out = torch.compile(model, backend="neuron")(x)
+    torch.testing.assert_close(out.cpu(), ref.cpu(), atol=1e-5, rtol=1e-5)
+    (placement,) = _placements().values()
+    eager = [n for n, where in placement.items() if where == "eager"]
+    assert eager == ["soft_clip"]
+    regions = {where for where in placement.values() if where != "eager"}
+    assert len(regions) == 2, "the custom op splits the graph into two compiled regions"
+
+
+def test_unsupported_op_in_training():
+    torch.manual_seed(0)
+    model = Clipped().to(DEVICE)
+    x = torch.randn(8, 16, device=DEVICE)
+    model(x).square().sum().backward()
+    ref_grads = [p.grad.cpu().clone() for p in model.parameters()]
+    model.zero_grad()
+    torch.compile(model, backend="neuron")(x).square().sum().backward()
+    for p, g in zip(model.parameters(), ref_grads, strict=True):
+        torch.testing.assert_close(p.grad.cpu(), g, atol=1e-5, rtol=1e-5)
+    kinds = {g["kind"]: g for g in get_metrics()["graphs"].values()}
+    assert set(kinds) == {"forward", "backward"}
+    assert kinds["forward"]["eager_nodes"] >= 1
+
+
+def test_dropout_draws_from_the_device_generator():
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Dropout(0.5)).to(DEVICE).train()
+    compiled = torch.compile(model, backend="neuron")
+    x = torch.randn(32, 64, device=DEVICE)
+    torch.neuron.manual_seed(123)
+    a = compiled(x)
+    torch.neuron.manual_seed(123)
+    b = compiled(x)
+    c = compiled(x)
+    assert torch.equal(a.cpu(), b.cpu()), "same device seed, same dropout mask"
+    assert not torch.equal(b.cpu(), c.cpu())
+    zeros = (a == 0).float().mean().item()
+    assert 0.4 < zeros < 0.6
+    (placement,) = [g["placement"] for g in get_metrics()["graphs"].values() if g["kind"] == "forward"]
+    random_nodes = [n for n in placement if n.startswith(("rand", "bernoulli", "native_dropout"))]
+    assert random_nodes and all(placement[n] == "eager" for n in random_nodes)

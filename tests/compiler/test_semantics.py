@@ -1,0 +1,118 @@
+"""torch.compile semantics of the neuron backend: dynamic, mode, options, errors, dumps."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import DEVICE
+from test_partition import Clipped
+
+import torchneuron.compiler as tnc
+from torchneuron.compiler import NeuronCompilationError, get_metrics
+
+
+def _inner(excinfo):
+    """The backend's own exception (Dynamo wraps it in BackendCompilerFailed)."""
+    err = excinfo.value
+    return getattr(err, "inner_exception", None) or err.__cause__ or err
+
+
+def test_backend_is_registered_by_name():
+    from torch._dynamo.backends.registry import list_backends, lookup_backend
+
+    assert "neuron" in list_backends()
+    assert lookup_backend("neuron") is tnc.neuron_backend
+
+
+def test_entry_point_is_declared():
+    from importlib.metadata import entry_points
+
+    eps = entry_points(group="torch_dynamo_backends")
+    assert eps["neuron"].value == "torchneuron.compiler.backend:neuron_backend"
+
+
+def test_dynamic_true_is_rejected_with_a_clear_error():
+    f = torch.compile(lambda x: x * 2, backend="neuron", dynamic=True)
+    with pytest.raises(Exception) as excinfo:
+        f(torch.ones(4, device=DEVICE))
+    inner = _inner(excinfo)
+    assert isinstance(inner, NeuronCompilationError)
+    assert "dynamic=True) is not supported" in str(inner)
+
+
+def test_new_shapes_recompile_per_shape():
+    f = torch.compile(lambda x: (x * 2).sum(0), backend="neuron")
+    for n in (3, 5, 7):
+        x = torch.arange(n * 2, dtype=torch.float32, device=DEVICE).view(n, 2)
+        torch.testing.assert_close(f(x).cpu(), (x.cpu() * 2).sum(0))
+
+
+def test_other_modes_warn_and_use_default():
+    f = torch.compile(lambda x: x + 1, backend="neuron", mode="max-autotune")
+    with pytest.warns(UserWarning, match="one compilation mode"):
+        out = f(torch.zeros(3, device=DEVICE))
+    assert out.cpu().tolist() == [1.0, 1.0, 1.0]
+
+
+def test_unknown_option_is_an_error():
+    f = torch.compile(lambda x: x + 1, backend="neuron", options={"fusion_level": 3})
+    with pytest.raises(Exception, match="unknown option"):
+        f(torch.zeros(3, device=DEVICE))
+
+
+def _unlowerable(model, **options):
+    return torch.compile(model, backend="neuron", options={"partition": False, **options})
+
+
+def test_compilation_error_names_op_and_source(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(tmp_path))
+    model = Clipped().to(DEVICE)
+    with pytest.raises(Exception) as excinfo, torch.no_grad():
+        _unlowerable(model)(torch.randn(2, 16, device=DEVICE))
+    inner = _inner(excinfo)
+    assert isinstance(inner, NeuronCompilationError)
+    assert inner.op == "tn_compiler_test.soft_clip.default"
+    assert inner.location and "test_partition.py" in inner.location
+    assert inner.dump_dir and str(tmp_path) in inner.dump_dir
+    assert (tmp_path / inner.dump_dir.rsplit("/", 1)[-1] / "graph.fx.txt").exists()
+
+
+def test_fallback_option_runs_eagerly_with_a_warning():
+    torch.manual_seed(0)
+    model = Clipped().to(DEVICE)
+    x = torch.randn(2, 16, device=DEVICE)
+    with torch.no_grad():
+        ref = model(x)
+        with pytest.warns(RuntimeWarning, match="runs eagerly"):
+            out = _unlowerable(model, fallback=True)(x)
+    torch.testing.assert_close(out.cpu(), ref.cpu())
+    assert get_metrics()["fallbacks"] == 1
+
+
+def test_fallback_environment_variable(monkeypatch):
+    monkeypatch.setenv("TORCHNEURON_COMPILE_FALLBACK", "1")
+    model = Clipped().to(DEVICE)
+    with torch.no_grad(), pytest.warns(RuntimeWarning, match="runs eagerly"):
+        _unlowerable(model)(torch.randn(2, 16, device=DEVICE))
+
+
+def test_dump_dir_holds_graph_stablehlo_executable_and_log(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(tmp_path))
+    f = torch.compile(lambda x, w: (x @ w).relu(), backend="neuron")
+    f(torch.randn(4, 8, device=DEVICE), torch.randn(8, 4, device=DEVICE))
+    (graph_dir,) = tmp_path.iterdir()
+    names = {p.name for p in graph_dir.iterdir()}
+    assert {"graph.fx.txt", "placement.txt", "fused_0.fx.txt", "fused_0.stablehlo.mlir",
+            "fused_0.vmfb", "fused_0.compile.log"} <= names
+    assert "stablehlo.dot_general" in (graph_dir / "fused_0.stablehlo.mlir").read_text()
+
+
+def test_metrics_report_times_and_cache():
+    f = torch.compile(lambda x: torch.sin(x) * 2 + 1, backend="neuron")
+    f(torch.randn(5, device=DEVICE))
+    m = get_metrics()
+    assert m["graphs_compiled"] == 1 and m["cache_hits"] + m["cache_misses"] == 1
+    (g,) = m["graphs"].values()
+    assert g["nodes"] >= 3 and g["lowering_seconds"] > 0
+    tnc.reset_metrics()
+    assert tnc.get_metrics()["graphs_compiled"] == 0

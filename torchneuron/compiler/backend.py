@@ -1,0 +1,101 @@
+"""The ``neuron`` backend of ``torch.compile``.
+
+``torch.compile(model, backend="neuron")`` hands Dynamo's graph to :func:`neuron_backend`,
+which runs AOTAutograd (forward and backward graphs for training, one graph for inference)
+with the decompositions of ``passes.py`` and compiles each graph with ``graph_compiler``.
+
+Semantics follow TorchNeuron: ``dynamic=True`` is rejected (shapes are specialised and a new
+shape compiles a new graph); a ``mode`` other than the default warns and compiles as the default;
+``options={"fallback": True}`` / ``TORCHNEURON_COMPILE_FALLBACK=1`` run a graph that fails to
+compile eagerly on the device, with a warning.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+import torch
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.aot_autograd import make_boxed_func
+
+from .errors import NeuronCompilationError
+from .graph_compiler import compile_graph
+from .passes import decompositions
+from .settings import CompileOptions
+
+_DEFAULT_MODES = (None, "default")
+
+
+def _graph_compiler(kind: str, options: CompileOptions):
+    def compiler(gm: torch.fx.GraphModule, example_inputs):
+        return make_boxed_func(compile_graph(gm, kind, options))
+
+    return compiler
+
+
+def _aot_backend(options: CompileOptions):
+    return aot_autograd(
+        fw_compiler=_graph_compiler("forward", options),
+        bw_compiler=_graph_compiler("backward", options),
+        inference_compiler=_graph_compiler("inference", options),
+        decompositions=decompositions(),
+    )
+
+
+def _is_symbolic(x) -> bool:
+    if isinstance(x, torch.SymInt | torch.SymFloat | torch.SymBool):
+        return True
+    if isinstance(x, torch.Tensor):
+        return any(isinstance(s, torch.SymInt) for s in (*x.shape, *x.stride()))
+    return False
+
+
+class _PerShape:
+    """Dynamo marked some sizes dynamic after seeing a second shape (automatic dynamic
+    shapes): compile a specialised graph for each concrete shape, as the chip needs."""
+
+    def __init__(self, gm: torch.fx.GraphModule, options: CompileOptions):
+        self._gm = gm
+        self._options = options
+        self._compiled: dict[tuple, object] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _signature(args) -> tuple:
+        return tuple(
+            (tuple(a.shape), tuple(a.stride()), a.dtype, a.requires_grad) if isinstance(a, torch.Tensor) else a
+            for a in args
+        )
+
+    def __call__(self, *args):
+        sig = self._signature(args)
+        with self._lock:
+            fn = self._compiled.get(sig)
+            if fn is None:
+                fn = _aot_backend(self._options)(self._gm, list(args))
+                self._compiled[sig] = fn
+        return fn(*args)
+
+
+def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode: str | None = None,
+                   options: dict | None = None):
+    """Dynamo backend ``neuron`` (see the module docstring)."""
+    if mode not in _DEFAULT_MODES:
+        warnings.warn(
+            f"torch.compile(backend='neuron', mode={mode!r}): the neuron backend has one "
+            "compilation mode; compiling with the default mode",
+            UserWarning,
+            stacklevel=2,
+        )
+    opts = CompileOptions.from_user(options)
+    if not torch._dynamo.config.assume_static_by_default:
+        raise NeuronCompilationError(
+            "torch.compile(..., dynamic=True) is not supported by the neuron backend: the "
+            "NeuronCore runs shape-specialised executables. Use dynamic=False (or leave it "
+            "unset): each new input shape then compiles its own graph",
+            advice=False,
+        )
+    if any(_is_symbolic(x) for x in example_inputs):
+        return _PerShape(gm, opts)
+    return _aot_backend(opts)(gm, example_inputs)

@@ -1,0 +1,156 @@
+"""FX → StableHLO through torch-mlir, and the question "does this node lower?".
+
+``lower(gm)`` imports a functional ATen graph whose placeholders carry fake tensors in
+``meta["val"]`` with ``torch_mlir.fx.stateless_fx_import(gm, output_type="stablehlo")`` and
+returns the StableHLO text twice: without debug locations (the cache key is computed on it) and
+with them (for dumps and error messages, which then point at the user's source lines).
+
+``node_lowers(node)`` answers for the partitioner: a node is supported when a graph made of
+that node alone lowers to StableHLO. Answers are cached per (op, input dtypes, output dtypes).
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+import threading
+from dataclasses import dataclass
+
+import torch
+import torch.fx as fx
+
+from .passes import strip_device_args
+
+_RESIDUAL_TORCH = re.compile(r"\btorch\.(aten|prim|prims|operator|constant|vtensor)\b|!torch\.")
+
+
+class LoweringError(RuntimeError):
+    pass
+
+
+@dataclass
+class Lowered:
+    text: str  # StableHLO without debug locations
+    text_with_locations: str
+
+
+def lower(gm: fx.GraphModule, name: str = "main") -> Lowered:
+    """StableHLO for ``gm`` (whose device arguments are rewritten in place, see passes)."""
+    from torch_mlir import fx as mlir_fx
+    from torch_mlir import ir
+    from torch_mlir.dialects import torch as torch_d
+    from torch_mlir.extras.fx_importer import FxImporter
+
+    strip_device_args(gm)
+    # MLIR diagnostics are collected (and reported in the error) instead of printed
+    diagnostics: list[str] = []
+    context = ir.Context()
+    torch_d.register_dialect(context)
+    context.attach_diagnostic_handler(lambda d: diagnostics.append(f"{d.location}: {d.message}") or True)
+    try:
+        module = mlir_fx.stateless_fx_import(
+            gm, output_type="stablehlo", model_name=name, fx_importer=FxImporter(context=context)
+        )
+    except Exception as err:  # noqa: BLE001 - torch-mlir raises several error types
+        detail = diagnostics[0] if diagnostics else _summarise(str(err))
+        raise LoweringError(detail) from err
+    op = module.operation
+    text = op.get_asm(enable_debug_info=False)
+    if _RESIDUAL_TORCH.search(text):
+        left = sorted(set(re.findall(r"torch\.[a-z_]+\.[A-Za-z0-9_.]+", text)))
+        raise LoweringError(f"torch ops left after lowering to StableHLO: {', '.join(left[:5])}")
+    return Lowered(text, op.get_asm(enable_debug_info=True))
+
+
+def _summarise(message: str) -> str:
+    for line in message.splitlines():
+        if "error" in line.lower() and line.strip():
+            return line.strip()
+    return message.strip().splitlines()[0] if message.strip() else "lowering failed"
+
+
+# --- which nodes lower --------------------------------------------------------------------
+
+_cache: dict[tuple, bool] = {}
+_cache_lock = threading.Lock()
+
+
+def _tensor_vals(v) -> list:
+    if isinstance(v, torch.Tensor):
+        return [v]
+    if isinstance(v, (list, tuple)):
+        return [x for x in v if isinstance(x, torch.Tensor)]
+    return []
+
+
+def _key(node: fx.Node) -> tuple:
+    ins = []
+    for a in node.all_input_nodes:
+        ins.extend(str(t.dtype) for t in _tensor_vals(a.meta.get("val")))
+    outs = tuple(str(t.dtype) for t in _tensor_vals(node.meta.get("val")))
+    return (str(node.target), tuple(ins), outs)
+
+
+def single_node_graph(node: fx.Node) -> fx.GraphModule:
+    """A graph computing ``node`` alone from placeholders standing for its tensor inputs."""
+    g = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for i, a in enumerate(node.all_input_nodes):
+        val = a.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            raise LoweringError(f"input {a.name} of {node.name} is not a tensor")
+        p = g.placeholder(f"arg{i}")
+        p.meta["val"] = val
+        env[a] = p
+    new = g.node_copy(node, lambda n: env[n])
+    val = node.meta.get("val")
+    if isinstance(val, (list, tuple)):
+        outs = []
+        for i, v in enumerate(val):
+            if isinstance(v, torch.Tensor):
+                gi = g.call_function(operator.getitem, (new, i))
+                gi.meta["val"] = v
+                outs.append(gi)
+        g.output(tuple(outs))
+    else:
+        g.output((new,))
+    return fx.GraphModule(torch.nn.Module(), g)
+
+
+def node_lowers(node: fx.Node) -> bool:
+    val = node.meta.get("val")
+    if not _tensor_vals(val):
+        return False
+    key = _key(node)
+    with _cache_lock:
+        hit = _cache.get(key)
+    if hit is not None:
+        return hit
+    try:
+        lower(single_node_graph(node), name="probe")
+        ok = True
+    except Exception:  # noqa: BLE001 - any failure means "not supported"
+        ok = False
+    with _cache_lock:
+        _cache[key] = ok
+    return ok
+
+
+def first_failing_node(gm: fx.GraphModule) -> fx.Node | None:
+    """The first call_function node of ``gm`` that does not lower on its own."""
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is not operator.getitem and not node_lowers(node):
+            return node
+    return None
+
+
+def source_location(node: fx.Node) -> str | None:
+    """The innermost user frame recorded for ``node`` ("file:line in fn\\n    code")."""
+    trace = node.meta.get("stack_trace")
+    if not trace:
+        return None
+    frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', trace)
+    if not frames:
+        return trace.strip().splitlines()[-1]
+    f, line, fn, code = frames[-1]
+    return f"{f}:{line} in {fn}: {code.strip()}"

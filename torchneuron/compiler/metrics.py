@@ -1,0 +1,57 @@
+"""Compilation metrics: per graph and totals (``get_metrics()`` / ``reset_metrics()``)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import asdict, dataclass, field
+
+_lock = threading.Lock()
+
+
+@dataclass
+class GraphRecord:
+    graph_id: str
+    kind: str  # "forward", "backward" or "inference"
+    nodes: int = 0
+    compiled_nodes: int = 0
+    eager_nodes: int = 0
+    regions: int = 0
+    pass_seconds: float = 0.0
+    lowering_seconds: float = 0.0
+    compile_seconds: float = 0.0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    fallback: bool = False
+    placement: dict[str, str] = field(default_factory=dict)  # node name -> "compiled:region" | "eager"
+
+
+_graphs: dict[str, GraphRecord] = {}
+_totals = {"graphs_compiled": 0, "cache_hits": 0, "cache_misses": 0, "compile_seconds": 0.0,
+           "fallbacks": 0, "corrupt_cache_entries": 0}
+
+
+def new_graph(graph_id: str, kind: str) -> GraphRecord:
+    rec = GraphRecord(graph_id, kind)
+    with _lock:
+        _graphs[graph_id] = rec
+    return rec
+
+
+def count(name: str, amount: float = 1) -> None:
+    with _lock:
+        _totals[name] += amount
+
+
+def get_metrics() -> dict:
+    """Totals since the last reset plus one entry per compiled graph, as plain data."""
+    with _lock:
+        out = dict(_totals)
+        out["graphs"] = {gid: asdict(rec) for gid, rec in _graphs.items()}
+    return out
+
+
+def reset_metrics() -> None:
+    with _lock:
+        _graphs.clear()
+        for k in _totals:
+            _totals[k] = 0.0 if isinstance(_totals[k], float) else 0

@@ -1,0 +1,94 @@
+"""Splitting a graph into compiled regions and nodes that run eagerly on the device.
+
+A node joins a compiled region when the lowering supports it (``lowering.node_lowers``: the
+node alone lowers to StableHLO) and it is not a random op (``passes.is_random``). Connected
+supported nodes are grouped by ``CapabilityBasedPartitioner`` into ``fused_<n>`` submodules;
+every other node stays in the outer graph and runs through the device's eager kernels.
+``Placement`` records where each node ran.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx as fx
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from .lowering import node_lowers
+from .passes import is_random
+
+REGION_PREFIX = "fused_"
+
+
+class LoweringSupport(OperatorSupportBase):
+    """Supported = lowers to StableHLO on its own and is not a random op."""
+
+    def is_node_supported(self, submodules, node: fx.Node) -> bool:
+        if node.op != "call_function":
+            return False
+        if node.target is operator.getitem:
+            src = node.args[0]
+            return isinstance(src, fx.Node) and self.is_node_supported(submodules, src)
+        if not isinstance(node.target, torch._ops.OpOverload) or is_random(node):
+            return False
+        return node_lowers(node)
+
+
+@dataclass
+class Placement:
+    regions: dict[str, list[str]] = field(default_factory=dict)  # region -> "node: op" lines
+    eager: list[str] = field(default_factory=list)
+
+    def by_node(self) -> dict[str, str]:
+        out = {line.split(":", 1)[0]: region for region, lines in self.regions.items() for line in lines}
+        out.update({line.split(":", 1)[0]: "eager" for line in self.eager})
+        return out
+
+    def format(self) -> str:
+        lines = []
+        for region, nodes in self.regions.items():
+            lines.append(f"compiled region {region} ({len(nodes)} nodes):")
+            lines.extend(f"  {n}" for n in nodes)
+        lines.append(f"eager on the device ({len(self.eager)} nodes):")
+        lines.extend(f"  {n}" for n in self.eager)
+        return "\n".join(lines)
+
+
+def _describe(node: fx.Node) -> str:
+    return f"{node.name}: {node.target}"
+
+
+def _compute_nodes(gm: fx.GraphModule) -> list[fx.Node]:
+    return [n for n in gm.graph.nodes if n.op == "call_function" and n.target is not operator.getitem]
+
+
+def partition(gm: fx.GraphModule, *, enabled: bool = True) -> tuple[fx.GraphModule, Placement]:
+    """``gm`` with its lowerable parts fused into ``fused_<n>`` submodules, and the placement.
+
+    With ``enabled=False`` the whole graph becomes one region (lowering failures then surface
+    as compilation errors instead of eager nodes).
+    """
+    if not enabled:
+        outer = _whole_graph_region(gm)
+    else:
+        partitioner = CapabilityBasedPartitioner(gm, LoweringSupport(), allows_single_node_partition=False)
+        partitions = partitioner.propose_partitions()
+        outer = partitioner.fuse_partitions(partitions, prefix=REGION_PREFIX)
+    placement = Placement()
+    for name, sub in outer.named_children():
+        if name.startswith(REGION_PREFIX) and isinstance(sub, fx.GraphModule):
+            placement.regions[name] = [_describe(n) for n in _compute_nodes(sub)]
+    placement.eager = [_describe(n) for n in _compute_nodes(outer)]
+    return outer, placement
+
+
+def _whole_graph_region(gm: fx.GraphModule) -> fx.GraphModule:
+    from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
+
+    nodes = {n: None for n in gm.graph.nodes if n.op == "call_function"}
+    if not nodes:
+        return gm
+    return fuse_by_partitions(gm, [nodes], prefix=REGION_PREFIX)

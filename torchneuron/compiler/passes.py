@@ -1,0 +1,177 @@
+"""The FX pass pipeline between AOTAutograd and the lowering to StableHLO.
+
+* **Decompositions** — AOTAutograd traces with :data:`DECOMPOSITIONS`: PyTorch's core ATen
+  decompositions as torch-mlir expects them, plus the overloads torch-mlir does not legalise
+  itself (``aten.squeeze.dims``). Functionalisation is AOTAutograd's own.
+* **Random ops** — operators tagged ``nondeterministic_seeded`` (``rand_like`` from dropout,
+  ``bernoulli``, ``randn`` …) are never compiled: they stay outside compiled regions, run on the
+  device's eager kernels and so draw from the device generator (``torch.neuron.manual_seed``),
+  and their results enter the compiled regions as inputs.
+* **Devices** — :func:`strip_device_args` turns ``device=neuron`` arguments of factory ops
+  (``full``, ``arange``, ``scalar_tensor`` …) into the host device, which is what the lowering
+  understands; in StableHLO every value lives on the executable's device.
+* **Pooling strides** — :func:`fill_default_strides` writes out the default stride of pooling
+  ops (``stride=[]`` means "the kernel size"), which torch-mlir otherwise lowers as stride 1.
+* **Outputs** — :func:`split_outputs` removes outputs that are not computed by the graph
+  (``None`` gradients of non-differentiable inputs, constants, inputs returned as they are,
+  repeated outputs) before lowering and returns the recipe that restores them afterwards.
+* **Dtype policy** — the chip computes float64 as float32 and int64 as int32: compiled regions
+  are built with IREE's input demotion flags and inputs/outputs cross the executable boundary in
+  the narrow type, the declared dtype restored on the way out (see ``executable.py``).
+  ``TORCHNEURON_EXACT_DTYPES=1`` compiles with the exact dtypes, like eager.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+import torch.fx as fx
+
+_aten = torch.ops.aten
+
+# Overloads decomposed before lowering, on top of torch-mlir's table.
+EXTRA_DECOMPOSED = [_aten.squeeze.dims]
+
+
+@functools.cache
+def decompositions() -> dict:
+    from torch._decomp import get_decompositions
+    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+
+    table = dict(get_decomposition_table())
+    table.update(get_decompositions(EXTRA_DECOMPOSED))
+    return table
+
+
+def is_random(node: fx.Node) -> bool:
+    target = node.target
+    return isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags
+
+
+_HOST = torch.device("cpu")
+
+
+def strip_device_args(gm: fx.GraphModule) -> None:
+    """Replace ``neuron`` device arguments by the host device, in place."""
+
+    def fix(a):
+        if isinstance(a, torch.device) and a.type != "cpu":
+            return _HOST
+        if isinstance(a, (list, tuple)):
+            return type(a)(fix(x) for x in a)
+        return a
+
+    for node in gm.graph.nodes:
+        if node.op == "call_function":
+            node.args = fix(node.args)
+            node.kwargs = {k: fix(v) for k, v in node.kwargs.items()}
+
+
+def fill_default_strides(gm: fx.GraphModule) -> int:
+    """Give pooling nodes whose ``stride`` is empty/absent their kernel size as stride."""
+    changed = 0
+    for node in gm.graph.nodes:
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+            continue
+        names = [a.name for a in target._schema.arguments]
+        if "stride" not in names or "kernel_size" not in names:
+            continue
+        si, ki = names.index("stride"), names.index("kernel_size")
+        args = list(node.args)
+        stride = args[si] if si < len(args) else node.kwargs.get("stride", [])
+        kernel = args[ki] if ki < len(args) else node.kwargs.get("kernel_size")
+        if stride or kernel is None:
+            continue
+        if si < len(args):
+            args[si] = list(kernel)
+            node.args = tuple(args)
+        elif len(args) == si:
+            node.args = (*args, list(kernel))
+            node.kwargs = {k: v for k, v in node.kwargs.items() if k != "stride"}
+        else:
+            node.kwargs = {**node.kwargs, "stride": list(kernel)}
+        changed += 1
+    if changed:
+        gm.recompile()
+    return changed
+
+
+# --- outputs that are not computed -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OutputSlot:
+    kind: str  # "computed", "input", "constant"
+    index: int = -1  # computed: index among computed outputs; input: placeholder index
+    value: object = None  # constant
+
+
+@dataclass(frozen=True)
+class OutputRecipe:
+    slots: tuple[OutputSlot, ...]
+    as_tuple: bool  # the original graph returned a tuple/list (vs a single value)
+
+    def restore(self, inputs, computed):
+        vals = []
+        for s in self.slots:
+            if s.kind == "computed":
+                vals.append(computed[s.index])
+            elif s.kind == "input":
+                vals.append(inputs[s.index])
+            else:
+                vals.append(s.value)
+        return tuple(vals) if self.as_tuple else vals[0]
+
+
+def split_outputs(gm: fx.GraphModule) -> OutputRecipe:
+    """Rewrite ``gm`` in place to return only the distinct tensors it computes (as a tuple).
+
+    Returns how to rebuild the original outputs from the graph's inputs and the new outputs.
+    """
+    out_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    orig = out_node.args[0]
+    as_tuple = isinstance(orig, (tuple, list))
+    values = list(orig) if as_tuple else [orig]
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    ph_index = {n: i for i, n in enumerate(placeholders)}
+    computed: list[fx.Node] = []
+    position: dict[fx.Node, int] = {}
+    slots = []
+    for v in values:
+        if isinstance(v, fx.Node) and v.op == "placeholder":
+            slots.append(OutputSlot("input", ph_index[v]))
+        elif isinstance(v, fx.Node):
+            if v not in position:
+                position[v] = len(computed)
+                computed.append(v)
+            slots.append(OutputSlot("computed", position[v]))
+        else:
+            slots.append(OutputSlot("constant", value=v))
+    out_node.args = (tuple(computed),)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    return OutputRecipe(tuple(slots), as_tuple)
+
+
+def drop_unused_placeholders(gm: fx.GraphModule) -> list[int]:
+    """Remove placeholders nothing reads; returns the indices of those kept."""
+    kept = []
+    for i, n in enumerate([n for n in gm.graph.nodes if n.op == "placeholder"]):
+        if n.users:
+            kept.append(i)
+        else:
+            gm.graph.erase_node(n)
+    gm.recompile()
+    return kept
+
+
+def output_vals(gm: fx.GraphModule) -> list:
+    out_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    return [n.meta.get("val") for n in out_node.args[0]]
+
+
+def placeholder_vals(gm: fx.GraphModule) -> list:
+    return [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
