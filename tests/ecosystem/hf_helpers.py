@@ -74,9 +74,6 @@ def training_args(output_dir: str, *, use_cpu: bool = False, steps: int = 30, **
         output_dir=output_dir, max_steps=steps, per_device_train_batch_size=8,
         learning_rate=1e-3, logging_steps=1, report_to=[], save_strategy="no", seed=0,
         dataloader_num_workers=0, use_cpu=use_cpu, disable_tqdm=True,
-        # Workaround for device bug: Tensor.pin_memory() raises while `neuron` is the current
-        # accelerator (see test_trainer_default_pin_memory); remove when fixed.
-        dataloader_pin_memory=False,
     )
     kw.update(overrides)
     return TrainingArguments(**kw)

@@ -60,13 +60,8 @@ def test_trainer_finetunes_on_neuron_like_cpu(kind, tmp_path):
     _round_trip(dev, cls, tmp_path / "saved", batch)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=NotImplementedError,
-    reason="device bug: DataLoader(pin_memory=True), Trainer's default, calls "
-    "Tensor.pin_memory(), which torchneuron's PrivateUse1 hooks do not support",
-)
 def test_trainer_default_pin_memory(tmp_path):
+    # DataLoader(pin_memory=True), Trainer's default, pins through the current accelerator
     from transformers import Trainer
 
     args = training_args(str(tmp_path), steps=1, dataloader_pin_memory=True)
