@@ -126,8 +126,21 @@ def _patch_printing() -> None:
 
     orig = tstr._str
 
+    from .runtime.storage import _BLOCK
+
+    def _real_device_tensor(t) -> bool:
+        # fake, functional and meta tensors seen while tracing have no device memory
+        if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.device.type != "neuron":
+            return False
+        if t.layout != torch.strided or torch._is_functional_tensor(t):
+            return False
+        try:
+            return _BLOCK in t.untyped_storage().__dict__
+        except (RuntimeError, NotImplementedError):
+            return False
+
     def _str(self, *, tensor_contents=None):
-        if tensor_contents is None and self.device.type == "neuron" and self.layout == torch.strided:
+        if tensor_contents is None and _real_device_tensor(self):
             # as PyTorch does for xla/lazy/mtia: format the values from a host copy (a
             # synchronisation point); PyTorch still writes the suffixes (device, dtype, grad)
             prefix = "tensor(" if type(self) in (torch.Tensor, torch.nn.Parameter) else f"{type(self).__name__}("

@@ -174,3 +174,12 @@ def test_efficient_zero_tensor_in_backward():
     x = torch.randn(3, device="neuron", requires_grad=True)
     (g,) = torch.autograd.grad(torch.sgn(x).sum(), x)
     assert g.device.type == "neuron" and g.abs().sum().item() == 0.0
+
+
+def test_printing_fake_device_tensors_does_not_touch_memory():
+    # Dynamo's debug logs print fake tensors: formatting must not try to copy them to the host
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        t = torch.empty(2, 3, device="neuron")
+        assert repr(t) == "FakeTensor(..., device='neuron:0', size=(2, 3))"
