@@ -35,6 +35,7 @@ from .ops.tracking import (  # noqa: E402
 from .runtime.errors import NeuronFallbackError, NeuronRuntimeError  # noqa: E402
 
 __all__ = [
+    "nki_op",
     "Estimate",
     "estimate",
     "NeuronFallbackError",
@@ -94,6 +95,7 @@ def _register() -> None:
         from .profiler import integration  # torch.profiler sees the device from the start
 
         integration.install()
+        from . import distributed  # noqa: F401  registers the c10d backend "neuron" (~1 ms)
         _registered = True
 
 
@@ -102,11 +104,15 @@ def is_registered() -> bool:
 
 
 def __getattr__(name: str):
-    # the cost model is imported on first use (it is not needed to run the device)
+    # imported on first use: none of these is needed to run the device
     if name in ("estimate", "Estimate"):
         from . import profiler
 
         return getattr(profiler, name)
+    if name == "nki_op":
+        from .nki.torch_integration import nki_op
+
+        return nki_op
     raise AttributeError(f"module 'torchneuron' has no attribute {name!r}")
 
 
