@@ -14,6 +14,7 @@ import functools
 import itertools
 import math
 import os
+import sys
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -380,6 +381,15 @@ def _run_launch(
     return out, launch.scheduler.profile
 
 
+def _torch_args(args: tuple, kwargs: dict) -> bool:
+    """Any torch.Tensor among the arguments? (never imports torch itself)"""
+    if "torch" not in sys.modules:
+        return False
+    from .torch_integration import has_torch_tensor
+
+    return has_torch_tensor(args, kwargs)
+
+
 class Kernel:
     """A jitted NKI kernel. ``kernel[g0, g1]`` sets the SPMD grid; calling it simulates."""
 
@@ -397,6 +407,10 @@ class Kernel:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if in_launch():  # a kernel calling another kernel: just inline it
             return self.func(*args, **kwargs)
+        if _torch_args(args, kwargs):  # torch tensors in, torch tensors out
+            from .torch_integration import call_kernel
+
+            return call_kernel(self, *args, **kwargs)
         out, _ = run(self.func, args, kwargs, self.grid, self.options.get("target"))
         return out
 
@@ -434,6 +448,13 @@ def simulate(
     func, grid = _unwrap(kernel)
 
     def call(*args: Any, **kwargs: Any) -> Any:
+        if _torch_args(args, kwargs):  # torch tensors in, torch tensors out
+            from .torch_integration import call_kernel
+
+            return call_kernel(
+                Kernel(func, grid), *args, target=target, lnc=lnc,
+                return_profile=return_profile, **kwargs,
+            )
         out, prof = run(func, args, kwargs, grid, target, lnc)
         return (out, prof) if return_profile else out
 

@@ -1,0 +1,23 @@
+"""Kernels written in NKI (``torchneuron.nki``), each exposed as a ``torch`` custom op that runs
+on the simulated NeuronCore (eager, and as an eager node inside ``torch.compile``).
+
+* :func:`rms_norm` -- ``torch.ops.torchneuron.nki_rmsnorm`` (+ ``nki_rmsnorm_bwd``)
+* :func:`softmax` -- ``torch.ops.torchneuron.nki_softmax`` (+ ``nki_softmax_bwd``)
+
+The raw ``@nki.jit`` kernels (``rmsnorm_fwd_kernel``, ``softmax_fwd_kernel``, ...) can be run
+on numpy arrays or timed with ``nki.simulate(kernel, return_profile=True)``.
+"""
+
+from __future__ import annotations
+
+from .rmsnorm import rms_norm, rmsnorm_bwd_kernel, rmsnorm_fwd_kernel
+from .softmax import softmax, softmax_bwd_kernel, softmax_fwd_kernel
+
+__all__ = [
+    "rms_norm",
+    "rmsnorm_bwd_kernel",
+    "rmsnorm_fwd_kernel",
+    "softmax",
+    "softmax_bwd_kernel",
+    "softmax_fwd_kernel",
+]
