@@ -18,7 +18,7 @@ from time import perf_counter_ns
 import torch
 from torch.utils._pytree import tree_map
 
-from ..runtime import activity
+from ..runtime import activity, rng
 from ..runtime.errors import ERRORS, NeuronFallbackError
 from ..runtime.storage import host, wrap_host
 from . import tracking
@@ -87,7 +87,18 @@ def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
     t0 = perf_counter_ns()
     hargs = tree_map(_to_host, args)
     hkwargs = tree_map(_to_host, kwargs)
-    out = op(*hargs, **hkwargs)
+    # random ops draw from the device generator wherever they run
+    if f.generator_name is not None:
+        if f.generator_pos is not None and f.generator_pos < len(hargs):
+            if hargs[f.generator_pos] is None:
+                hargs = hargs[: f.generator_pos] + (rng.generator(),) + hargs[f.generator_pos + 1:]
+        elif hkwargs.get(f.generator_name) is None:
+            hkwargs[f.generator_name] = rng.generator()
+    if f.random_without_generator:
+        with rng.as_cpu_default():
+            out = op(*hargs, **hkwargs)
+    else:
+        out = op(*hargs, **hkwargs)
     if activity.RECORDER is not None:
         activity.RECORDER.record("fallback", f.qualified, hargs, out, t0, perf_counter_ns())
     # written arguments: copy the host's result back into device memory

@@ -25,8 +25,9 @@ def _boxed_fallback(keyset, op, *args, **kwargs):
 
 def _kernel_for(op):
     """The device kernel, the CPU-fallback kernel, or a dtype-dependent choice of the two."""
-    cpu = placement.cpu_dtypes(facts(op).qualified)
-    if not cpu or _returns_view(op):  # views are metadata: always on the device
+    f = facts(op)
+    cpu = placement.cpu_dtypes(f.qualified)
+    if not cpu or _returns_view(op) or f.metadata_mutating:  # metadata ops stay on the device
         return _generic_kernel(op)
     if cpu is True:
         return fallback.fallback_kernel(op)

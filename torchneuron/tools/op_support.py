@@ -86,7 +86,11 @@ def _probe(node: fx.Node) -> bool:
         gm = single_node_graph(node)
         from torch.fx.experimental.proxy_tensor import make_fx
 
-        inputs = [p.meta["val"] for p in gm.graph.nodes if p.op == "placeholder"]
+        # fresh meta tensors: the node's values belong to the first trace's fake mode
+        inputs = [
+            torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
+            for v in (p.meta["val"] for p in gm.graph.nodes if p.op == "placeholder")
+        ]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             dgm = make_fx(gm, decomposition_table=table, tracing_mode="fake")(*inputs)
@@ -222,13 +226,70 @@ def generate(samples: int = 2, only: list[str] | None = None, state_dir: Path | 
             f.write(json.dumps([pending, False]) + "\n")
         if crashes > 200:
             raise RuntimeError("too many compiler aborts")
+    return aggregate(state / "records.jsonl")
+
+
+# Operators the runtime itself implements (memory, copies, metadata, synchronisation): they are
+# not computations the compiler places, they exist on every device.
+RUNTIME_OPS = frozenset({
+    "aten::_local_scalar_dense", "aten::copy_", "aten::_to_copy", "aten::resize_",
+    "aten::resize_as_", "aten::set_", "aten::zero_", "aten::fill_.Scalar", "aten::fill_.Tensor",
+    "aten::sym_size.int", "aten::_efficientzerotensor", "aten::new_zeros", "aten::new_empty",
+    "aten::new_empty_strided", "aten::empty_like", "aten::empty.memory_format", "aten::empty_strided",
+})
+
+
+def _is_random(qualified: str) -> bool:
+    """Random ops: the compiler keeps them out of compiled regions on purpose (they draw from
+    the device generator eagerly), so they run on the device in every mode."""
+    ns_name, _, overload = qualified.partition(".")
+    ns, _, name = ns_name.partition("::")
+    packet = getattr(getattr(torch.ops, ns, None), name, None)
+    op = getattr(packet, overload or "default", None) if packet is not None else None
+    return op is not None and torch.Tag.nondeterministic_seeded in op.tags
+
+
+def functional_counterpart(qualified: str) -> str | None:
+    """The functional overload the compiler turns an in-place or ``out=`` overload into."""
+    ns_name, _, overload = qualified.partition(".")
+    ns, _, name = ns_name.partition("::")
+    if name.endswith("_") and not name.endswith("__"):
+        return f"{ns}::{name[:-1]}" + (f".{overload}" if overload else "")
+    if overload == "out":
+        # the functional overload with the same arguments minus ``out``
+        packet = getattr(torch.ops.aten, name, None) if ns == "aten" else None
+        out_args = None
+        if packet is not None:
+            out_args = [a.name for a in packet.out._schema.arguments if not a.kwarg_only]
+            for ov in packet.overloads():
+                if ov == "out":
+                    continue
+                args = [a.name for a in getattr(packet, ov)._schema.arguments if not a.kwarg_only]
+                if args == out_args:
+                    return f"{ns}::{name}" + ("" if ov == "default" else f".{ov}")
+        return f"{ns}::{name}"
+    if overload.endswith("_out"):
+        return f"{ns}::{name}.{overload[:-4]}"
+    return None
+
+
+def aggregate(records_file: Path) -> dict:
+    """Per overload and dtype: on the device when at least one probed sample lowers (placement
+    cannot depend on argument values), in-place/``out=`` overloads judged by their functional
+    counterpart, runtime operators always on the device."""
     verdicts: dict[str, dict[str, bool]] = defaultdict(dict)
     seen_from: dict[str, set[str]] = defaultdict(set)
-    for line in (state / "records.jsonl").read_text().splitlines():
+    for line in records_file.read_text().splitlines():
         qualified, d, ok, name = json.loads(line)
-        prev = verdicts[qualified].get(d)
-        verdicts[qualified][d] = ok if prev is None else (prev and ok)
+        verdicts[qualified][d] = verdicts[qualified].get(d, False) or ok
         seen_from[qualified].add(name)
+    for qualified, per in verdicts.items():
+        base = functional_counterpart(qualified)
+        for d in per:
+            if qualified in RUNTIME_OPS or _is_random(qualified):
+                per[d] = True
+            elif not per[d] and base is not None and verdicts.get(base, {}).get(d):
+                per[d] = True
     ops = {}
     for qualified in sorted(verdicts):
         per = verdicts[qualified]
