@@ -19,6 +19,7 @@ from functools import cache
 import torch
 
 from ..ops import dtype_policy
+from ..runtime import activity
 from ..runtime.errors import NeuronRuntimeError
 from ..runtime.storage import host, wrap_host
 from . import settings
@@ -137,6 +138,7 @@ class Executable:
             keep.append(h)
             args.push_ref(device.from_dlpack_capsule(to_dlpack(h)))
         results = ir.VmVariantList(len(self._out_dtypes))
+        t0 = time.perf_counter_ns()
         try:
             with self._lock:
                 self._context.invoke(self._function, args, results)
@@ -149,4 +151,6 @@ class Executable:
             if h.dtype != dtype:
                 h = h.to(dtype)  # dtype restored after 32-bit compute
             outs.append(wrap_host(h))
+        if activity.RECORDER is not None:
+            activity.RECORDER.record("executable", self.name, tuple(keep), [host(o) for o in outs], t0, time.perf_counter_ns())
         return outs

@@ -16,7 +16,7 @@ import warnings
 import torch
 import torch.fx as fx
 
-from ..runtime import state
+from ..runtime import activity, state
 from . import metrics
 from .cache import CACHE, cache_key
 from .dump import GraphDump
@@ -76,9 +76,12 @@ class CompiledRegion(torch.nn.Module):
         log: list[str] = []
 
         def compile_now() -> bytes:
+            t_start = time.perf_counter_ns()
             try:
                 # the text with locations: compiler diagnostics then name the user's source line
                 result = compile_stablehlo(lowered.text_with_locations, flags)
+                if activity.RECORDER is not None:
+                    activity.RECORDER.record("compile", name, (), None, t_start, time.perf_counter_ns())
             except IreeCompileError as err:
                 dump.write(f"{name}.compile.log", err.log)
                 raise NeuronCompilationError(

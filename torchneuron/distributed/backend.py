@@ -20,6 +20,7 @@ Reductions gloo lacks are built on the ones it has: ``AVG`` is ``SUM`` then a di
 from __future__ import annotations
 
 import os
+import time
 import zlib
 from datetime import timedelta
 
@@ -27,7 +28,7 @@ import torch
 import torch._C._distributed_c10d as c10d
 import torch.distributed as dist
 
-from ..runtime import storage
+from ..runtime import activity, storage
 from ..runtime.queue import QUEUE
 
 ReduceOp = c10d.ReduceOp
@@ -196,6 +197,11 @@ class NeuronBackend(c10d.Backend):
 
     def _check(self, kind: str, tensors, *, shape_of=None) -> None:
         _sync_device()
+        if activity.RECORDER is not None:
+            # collectives are asynchronous: recorded at issue, priced by the cost model
+            now = time.perf_counter_ns()
+            hosts = [storage.host(t) for t in tensors if isinstance(t, torch.Tensor) and t.device.type == "neuron"]
+            activity.RECORDER.record("collective", f"c10d::{kind}", tuple(hosts), None, now, now)
         if self._size == 1 or not _check_enabled():
             return
         mine = self._signature(kind, tensors, shape_of=shape_of)
