@@ -151,16 +151,42 @@ def _sample_graphs(opinfo, dtype, samples: int):
                 yield gm
 
 
+def _start_memory_watchdog() -> None:
+    import threading
+    import time
+
+    page = os.sysconf("SC_PAGE_SIZE")
+
+    def watch() -> None:
+        while True:
+            with open("/proc/self/statm") as f:
+                rss = int(f.read().split()[1]) * page
+            if rss > WORKER_RSS_LIMIT:
+                print(f"\nprobe exceeded {WORKER_RSS_LIMIT >> 30} GiB of memory", file=sys.stderr, flush=True)
+                os._exit(3)
+            time.sleep(0.2)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def _entries(only: list[str] | None):
     from torch.testing._internal.common_methods_invocations import op_db
 
     return [o for o in op_db if not only or o.name in only]
 
 
+WORKER_RSS_LIMIT = 8 * 1024**3  # resident bytes a probing worker may use
+
+
 def _worker(state_dir: Path, samples: int, only: list[str] | None) -> None:
-    """Probe the OpInfo entries from the recorded position on, appending records."""
+    """Probe the OpInfo entries from the recorded position on, appending records.
+
+    A watchdog ends the worker when its resident memory passes ``WORKER_RSS_LIMIT`` (some
+    lowerings materialise huge constants); the parent marks that probe unsupported and resumes.
+    """
     global _state_dir
     _state_dir = state_dir
+    _start_memory_watchdog()
     vfile = state_dir / "verdicts.jsonl"
     if vfile.exists():
         for line in vfile.read_text().splitlines():
