@@ -21,7 +21,7 @@ from torch.utils._pytree import tree_map
 from ..runtime import activity, rng
 from ..runtime.errors import ERRORS, NeuronFallbackError
 from ..runtime.storage import host, wrap_host
-from . import tracking
+from . import dtype_policy, tracking
 from .opinfo import facts
 
 _warned: set[str] = set()
@@ -61,6 +61,7 @@ def _to_host(a):
 
 def _to_device(r):
     if isinstance(r, torch.Tensor) and r.device.type == "cpu":
+        dtype_policy.check_supported(r.dtype)  # the result must be representable on the device
         tracking.transfer("host_to_device", r.nbytes)
         return wrap_host(r.clone() if r._is_view() else r)
     return r
