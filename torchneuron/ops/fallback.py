@@ -19,7 +19,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 from ..runtime import activity, rng
-from ..runtime.errors import ERRORS, NeuronFallbackError
+from ..runtime.errors import ERRORS, NeuronFallbackError, user_stack
 from ..runtime.storage import host, wrap_host
 from . import dtype_policy, tracking
 from .opinfo import facts
@@ -78,11 +78,15 @@ def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
         )
     if mode == "warn" and f.qualified not in _warned:
         _warned.add(f.qualified)
-        warnings.warn(
+        message = (
             f"Operator '{f.qualified}' executed via CPU fallback (dtypes: "
-            f"{', '.join(_dtypes(args, kwargs))}); it is not supported on the NeuronCore.",
-            stacklevel=3,
+            f"{', '.join(_dtypes(args, kwargs))}); it is not supported on the NeuronCore."
         )
+        frames = user_stack(limit=1)  # attribute the warning to the user's line
+        if frames:
+            warnings.warn_explicit(message, UserWarning, frames[-1].filename, frames[-1].lineno or 0)
+        else:
+            warnings.warn(message, stacklevel=2)
     tracking.fell_back(f.qualified)
     ERRORS.raise_pending()  # the host reads device data: a synchronisation point
     t0 = perf_counter_ns()
