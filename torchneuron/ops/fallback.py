@@ -50,10 +50,22 @@ def _dtypes(args, kwargs) -> list[str]:
     return seen
 
 
-def _to_host(a):
+def _to_host(a, whole_storage: bool = False):
+    """An explicit host copy of a device tensor (the host works on its own data).
+
+    ``whole_storage``: copy the tensor's entire storage and rebuild the same view on it, for
+    ops such as ``as_strided`` that address memory outside the view.
+    """
     if isinstance(a, torch.Tensor) and a.device.type == "neuron":
-        tracking.transfer("device_to_host", a.nbytes)
-        return host(a).clone()  # an explicit copy, not an alias: the host works on its own data
+        h = host(a)
+        if not whole_storage:
+            tracking.transfer("device_to_host", a.nbytes)
+            return h.clone()
+        st = h.untyped_storage()
+        tracking.transfer("device_to_host", st.nbytes())
+        copy = torch.UntypedStorage(st.nbytes())
+        copy.copy_(st)
+        return torch.empty(0, dtype=a.dtype).set_(copy, h.storage_offset(), h.shape, h.stride())
     if isinstance(a, torch.device) and a.type == "neuron":
         return torch.device("cpu")
     return a
@@ -90,8 +102,9 @@ def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
     tracking.fell_back(f.qualified)
     ERRORS.raise_pending()  # the host reads device data: a synchronisation point
     t0 = perf_counter_ns()
-    hargs = tree_map(_to_host, args)
-    hkwargs = tree_map(_to_host, kwargs)
+    whole = f.name.startswith("aten::as_strided")
+    hargs = tree_map(lambda a: _to_host(a, whole), args)
+    hkwargs = tree_map(lambda a: _to_host(a, whole), kwargs)
     # random ops draw from the device generator wherever they run
     if f.generator_name is not None:
         if f.generator_pos is not None and f.generator_pos < len(hargs):
