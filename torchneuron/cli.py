@@ -37,7 +37,32 @@ def _run_profile_report(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _add_cache(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=("list", "stats", "clear"), help="what to do with the on-disk executable cache")
+
+
+def _run_cache(ns: argparse.Namespace) -> int:
+    from .compiler.cache import CACHE
+
+    entries = CACHE.entries()
+    if ns.action == "list":
+        for e in entries:
+            state = f"CORRUPT ({e['corrupt']})" if "corrupt" in e else e.get("region", "")
+            print(f"{e['key'][:16]}  {e['bytes']:>10,} B  {e.get('target', '?'):<5} {state}")
+        print(f"{len(entries)} entries in {CACHE.root}")
+    elif ns.action == "stats":
+        corrupt = sum(1 for e in entries if "corrupt" in e)
+        total = sum(e["bytes"] for e in entries)
+        print(f"cache directory: {CACHE.root}")
+        print(f"entries: {len(entries)} ({corrupt} corrupt), {total / 2**20:.2f} MiB on disk")
+    else:
+        n = CACHE.clear_disk()
+        print(f"removed {n} entries from {CACHE.root}")
+    return 0
+
+
 COMMANDS: dict = {
+    "cache": ("list, summarise or clear the compiled-executable cache (TORCHNEURON_CACHE_DIR)", _add_cache, _run_cache),
     "estimate": ("estimate a script's steps on the target with the Trainium cost model", _add_estimate, _run_estimate),
     "profile-report": ("render a profile trace to an HTML report with plots", _add_profile_report, _run_profile_report),
 }

@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 from torchneuron.compiler.cache import ExecutableCache, cache_key
 
@@ -133,3 +134,20 @@ def test_cache_unit_roundtrip_and_corruption(tmp_path):
     assert [e["key"] for e in fresh.entries()] == [key]
     assert not list(path.parent.glob("*.tmp"))
     assert fresh.clear_disk() == 1
+
+
+def test_cache_cli_list_stats_clear(tmp_path, monkeypatch, capsys):
+    from torchneuron import cli
+
+    monkeypatch.setenv("TORCHNEURON_CACHE_DIR", str(tmp_path / "cli_cache"))
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: x * 3 + 1, backend="neuron")
+    f(torch.ones(4, device="neuron"))
+    assert cli.main(["cache", "stats"]) == 0
+    assert "entries: 1 (0 corrupt)" in capsys.readouterr().out
+    assert cli.main(["cache", "list"]) == 0
+    assert "1 entries in" in capsys.readouterr().out
+    assert cli.main(["cache", "clear"]) == 0
+    assert "removed 1 entries" in capsys.readouterr().out
+    cli.main(["cache", "stats"])
+    assert "entries: 0" in capsys.readouterr().out
