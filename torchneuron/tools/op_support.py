@@ -265,6 +265,14 @@ RUNTIME_OPS = frozenset({
 })
 
 
+# Kernels the device uses to implement a composite the compiler lowers by other means: they are
+# judged by the composite (scaled_dot_product_attention lowers through its math path).
+IMPLEMENTATION_OPS = frozenset({
+    "aten::_scaled_dot_product_flash_attention_for_cpu",
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+})
+
+
 def _is_random(qualified: str) -> bool:
     """Random ops: the compiler keeps them out of compiled regions on purpose (they draw from
     the device generator eagerly), so they run on the device in every mode."""
@@ -312,7 +320,7 @@ def aggregate(records_file: Path) -> dict:
     for qualified, per in verdicts.items():
         base = functional_counterpart(qualified)
         for d in per:
-            if qualified in RUNTIME_OPS or _is_random(qualified):
+            if qualified in RUNTIME_OPS or qualified in IMPLEMENTATION_OPS or _is_random(qualified):
                 per[d] = True
             elif not per[d] and base is not None and verdicts.get(base, {}).get(d):
                 per[d] = True
