@@ -23,7 +23,15 @@ from torch.utils._pytree import tree_map
 
 from ..runtime import activity, rng
 from ..runtime.errors import ERRORS, NeuronRuntimeError, launch_blocking, make_context
-from ..runtime.storage import forget_alias, fresh_host, host, repoint, view_of, wrap_host
+from ..runtime.storage import (
+    empty_device,
+    forget_alias,
+    fresh_host,
+    host,
+    repoint,
+    view_of,
+    wrap_host,
+)
 from . import dtype_policy, tracking
 from .opinfo import OpFacts, facts
 
@@ -146,11 +154,9 @@ def _deferred_outputs(op, args, kwargs, f: OpFacts, err: BaseException):
     except Exception:
         raise err from None
 
-    def realise(m, written_iter=None):
+    def realise(m):
         if isinstance(m, _Tensor):
-            # new device memory of the right geometry, filled with NaN / garbage
-            from ..runtime.storage import empty_device
-
+            # new device memory of the right geometry, filled with NaN (floats) or zeros
             t = empty_device(m.shape, m.stride(), m.dtype)
             if t.numel():
                 host(t).fill_(float("nan") if m.dtype.is_floating_point else 0)
