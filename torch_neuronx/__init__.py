@@ -8,8 +8,7 @@ TorchNeuron's documented names, the parts of its Python API that torchneuron imp
 
 It replaces AWS's ``torch-neuronx`` package: do not install the two in the same environment.
 
-Not provided (torchneuron has no equivalent yet): ``nki_op`` and
-``neuron_dynamo_backend.set_model_name``.
+Not provided (torchneuron has no equivalent yet): ``neuron_dynamo_backend.set_model_name``.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ import torch  # noqa: F401  - loads torchneuron through the `torch.backends` ent
 
 import torchneuron
 from torchneuron import clear_op_tracking, get_executed_ops, get_fallback_ops
+from torchneuron.nki.torch_integration import nki_op
 
 from . import neuron_dynamo_backend
 
@@ -28,4 +28,5 @@ __all__ = [
     "get_executed_ops",
     "get_fallback_ops",
     "neuron_dynamo_backend",
+    "nki_op",
 ]

@@ -23,7 +23,7 @@ def test_torch_neuronx_exposes_torchneuron_api():
     assert torchneuron.is_registered()
     assert torch.accelerator.current_accelerator() == torch.device("neuron")
     # not implemented by torchneuron: absent rather than a stub that pretends
-    assert not hasattr(torch_neuronx, "nki_op")
+    assert torch_neuronx.nki_op is torchneuron.nki_op
     assert not hasattr(torch_neuronx.neuron_dynamo_backend, "set_model_name")
 
 
