@@ -88,3 +88,10 @@ def test_tracking_api_in_process():
     torch.ones(3).to("neuron").cpu()
     t = torchneuron.transfer_stats()
     assert t["host_to_device_bytes"] == 12 and t["device_to_host_bytes"] == 12
+
+
+def test_histc_accepts_integer_tensors_like_accelerators():
+    x = torch.tensor([0, 1, 1, 3, 3, 3])
+    h = torch.histc(x.to("neuron"), bins=4, min=0, max=3)
+    assert h.device.type == "neuron" and h.dtype == torch.int64
+    assert h.cpu().tolist() == torch.histc(x.float(), bins=4, min=0, max=3).long().tolist()

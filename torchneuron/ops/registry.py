@@ -19,6 +19,18 @@ _libs: list[torch.library.Library] = []
 _has = torch._C._dispatch_has_kernel_for_dispatch_key
 
 
+def _integer_histc(kernel):
+    """``histc`` on integer tensors: accelerators accept them (transformers' MoE routing relies
+    on it), the host kernel does not; count in float32 and return the input's dtype."""
+
+    def histc(self, bins=100, min=0, max=0):
+        if self.is_floating_point():
+            return kernel(self, bins, min, max)
+        return kernel(self.to(torch.float32), bins, min, max).to(self.dtype)
+
+    return histc
+
+
 def _boxed_fallback(keyset, op, *args, **kwargs):
     return generic.run(op, args, kwargs)
 
@@ -95,7 +107,10 @@ def install() -> None:
     for qualname, name, op in _aten_overloads():
         if name in dedicated or not _wants_generic(qualname, op):
             continue
-        impl.impl(name, _kernel_for(op), "PrivateUse1")
+        kernel = _kernel_for(op)
+        if name == "histc":
+            kernel = _integer_histc(kernel)
+        impl.impl(name, kernel, "PrivateUse1")
     fallback = torch.library.Library("_", "IMPL")
     fallback.fallback(_boxed_fallback, dispatch_key="PrivateUse1", with_keyset=True)
     _libs.extend([impl, fallback])
