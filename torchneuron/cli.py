@@ -61,10 +61,50 @@ def _run_cache(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _add_sweep(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--suite", default="torchvision", help="comma-separated: torchvision,transformers")
+    p.add_argument("--modes", default="eager", help="comma-separated: eager,compile")
+    p.add_argument("--limit", type=int, help="first N models per suite (after --filter/--shard)")
+    p.add_argument("--shard", help="i/n: every n-th model starting at i (0-based)")
+    p.add_argument("--filter", help="comma-separated substrings or glob patterns on the model name")
+    p.add_argument("--timeout", type=float, default=180.0, help="seconds per (model, mode) before it is killed")
+    p.add_argument("--out", default="sweep_results.jsonl", help="JSONL results (appended; done records are skipped)")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+
+
+def _run_sweep(ns: argparse.Namespace) -> int:
+    from .sweep.sweep import run_sweep
+
+    recs = run_sweep(ns.suite.split(","), ns.modes.split(","), ns.out, limit=ns.limit, shard=ns.shard,
+                     filter_=ns.filter, timeout=ns.timeout, quiet=ns.quiet)
+    n = {k: sum(r["status"] == k for r in recs) for k in ("pass", "fail", "skip")}
+    print(f"{len(recs)} new records in {ns.out}: {n['pass']} pass, {n['fail']} fail, {n['skip']} skip")
+    return 0
+
+
+def _add_sweep_report(p: argparse.ArgumentParser) -> None:
+    p.add_argument("results", help="JSONL file written by `torchneuron sweep`")
+    p.add_argument("--md", help="Markdown file to write (default: next to the results)")
+    p.add_argument("--html", help="HTML file to write (default: next to the results)")
+
+
+def _run_sweep_report(ns: argparse.Namespace) -> int:
+    from .sweep.report import summary_table, write_report
+    from .sweep.results import load
+
+    md, html = write_report(ns.results, ns.md, ns.html)
+    print(summary_table(load(ns.results)))
+    print(md)
+    print(html)
+    return 0
+
+
 COMMANDS: dict = {
     "cache": ("list, summarise or clear the compiled-executable cache (TORCHNEURON_CACHE_DIR)", _add_cache, _run_cache),
     "estimate": ("estimate a script's steps on the target with the Trainium cost model", _add_estimate, _run_estimate),
     "profile-report": ("render a profile trace to an HTML report with plots", _add_profile_report, _run_profile_report),
+    "sweep": ("run models on the neuron device and record placement, numerics, memory and time", _add_sweep, _run_sweep),
+    "sweep-report": ("render a sweep's JSONL results to Markdown and HTML", _add_sweep_report, _run_sweep_report),
 }
 
 

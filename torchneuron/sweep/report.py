@@ -1,0 +1,131 @@
+"""``torchneuron sweep-report``: Markdown and HTML from a sweep's JSONL results.
+
+Pass rate = passed / total where *total* counts the models that build and run on CPU; models that
+do not (status ``skip``) are listed separately and not held against the device.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+from collections import Counter, defaultdict
+
+from . import results
+
+
+def family(rec: dict) -> str:
+    if rec["suite"] == "torchvision":
+        m = re.match(r"[a-z]+(?:_v\d)?", rec["model"].replace("wide_resnet", "wideresnet"))
+        return m.group(0) if m else rec["model"]
+    return rec["model"]
+
+
+def summarize(recs: list[dict]) -> dict:
+    rows: dict = defaultdict(lambda: {"pass": 0, "fail": 0, "skip": 0})
+    fams: dict = defaultdict(lambda: {"pass": 0, "fail": 0, "skip": 0})
+    fallback: Counter = Counter()
+    fallback_models: Counter = Counter()
+    causes: Counter = Counter()
+    errors: Counter = Counter()
+    for r in recs:
+        rows[(r["suite"], r["mode"])][r["status"]] += 1
+        fams[(r["suite"], family(r), r["mode"])][r["status"]] += 1
+        for op, n in (r.get("fallback_ops") or {}).items():
+            fallback[op] += n
+            fallback_models[op] += 1
+        if r["status"] == "fail":
+            causes[r.get("cause") or "unknown"] += 1
+            errors[(r.get("cause") or "unknown", (r.get("error") or "")[:120])] += 1
+    return {"rows": dict(rows), "families": dict(fams), "fallback": fallback,
+            "fallback_models": fallback_models, "causes": causes, "errors": errors}
+
+
+def _pct(p: int, t: int) -> str:
+    return f"{100.0 * p / t:.1f}%" if t else "n/a"
+
+
+def summary_table(recs: list[dict]) -> str:
+    s = summarize(recs)
+    lines = ["| suite | mode | passed | total |", "|---|---|---|---|"]
+    for (suite, mode), c in sorted(s["rows"].items()):
+        lines.append(f"| {suite} | {mode} | {c['pass']} | {c['pass'] + c['fail']} |")
+    return "\n".join(lines)
+
+
+def render_markdown(recs: list[dict], *, title: str = "Model sweep report", top: int = 15) -> str:
+    s = summarize(recs)
+    out = [f"# {title}", "", summary_table(recs), "",
+           "`total` counts the models that build and run on CPU; `skipped` ones do not (reduced "
+           "config or input recipe invalid, or the CPU reference fails) and are not counted.", "",
+           "## Pass rate per suite and mode", "", "| suite | mode | pass rate | passed | failed | skipped |",
+           "|---|---|---|---|---|---|"]
+    for (suite, mode), c in sorted(s["rows"].items()):
+        out.append(f"| {suite} | {mode} | {_pct(c['pass'], c['pass'] + c['fail'])} | {c['pass']} | {c['fail']} | {c['skip']} |")
+    out += ["", f"## Top fallback ops (of {len(s['fallback'])})", "",
+            "| op | models | calls |", "|---|---|---|"]
+    for op, n in s["fallback_models"].most_common(top):
+        out.append(f"| `{op}` | {n} | {s['fallback'][op]} |")
+    out += ["", "## Failure causes", "", "| cause | runs |", "|---|---|"]
+    for cause, n in s["causes"].most_common():
+        out.append(f"| {cause} | {n} |")
+    out += ["", "## Top failure messages", "", "| cause | error | runs |", "|---|---|---|"]
+    for (cause, err), n in s["errors"].most_common(top):
+        out.append(f"| {cause} | `{err.replace('|', '/').replace('`', '')}` | {n} |")
+    out += ["", "## Per family", "", "| suite | family | mode | passed | total | skipped |", "|---|---|---|---|---|---|"]
+    for (suite, fam, mode), c in sorted(s["families"].items()):
+        out.append(f"| {suite} | {fam} | {mode} | {c['pass']} | {c['pass'] + c['fail']} | {c['skip']} |")
+    fails = sorted((r for r in recs if r["status"] != "pass"), key=lambda r: (r["suite"], r["model"], r["mode"]))
+    out += ["", "## Failed and skipped runs", "", "| suite | model | mode | status | cause | error |",
+            "|---|---|---|---|---|---|"]
+    for r in fails:
+        err = (r.get("error") or "").replace("|", "/").replace("`", "")[:160]
+        out.append(f"| {r['suite']} | {r['model']} | {r['mode']} | {r['status']} | {r.get('cause') or ''} | `{err}` |")
+    return "\n".join(out) + "\n"
+
+
+def render_html(recs: list[dict], *, title: str = "Model sweep report", top: int = 15) -> str:
+    s = summarize(recs)
+    e = html.escape
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>"
+             "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
+             "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}.bar{background:#4a8;height:12px}"
+             ".barf{background:#d55;height:12px}</style></head><body>", f"<h1>{e(title)}</h1>",
+             "<h2>Pass rate per suite and mode</h2><table><tr><th>suite</th><th>mode</th><th>passed</th>"
+             "<th>total</th><th>skipped</th><th>rate</th><th></th></tr>"]
+    for (suite, mode), c in sorted(s["rows"].items()):
+        t = c["pass"] + c["fail"]
+        w = int(300 * c["pass"] / t) if t else 0
+        parts.append(f"<tr><td>{e(suite)}</td><td>{e(mode)}</td><td>{c['pass']}</td><td>{t}</td><td>{c['skip']}</td>"
+                     f"<td>{_pct(c['pass'], t)}</td><td><div style='display:flex;width:300px'><div class='bar' "
+                     f"style='width:{w}px'></div><div class='barf' style='width:{300 - w if t else 0}px'></div></div></td></tr>")
+    parts.append("</table><h2>Top fallback ops</h2><table><tr><th>op</th><th>models</th><th>calls</th><th></th></tr>")
+    mx = max(s["fallback_models"].values(), default=1)
+    for op, n in s["fallback_models"].most_common(top):
+        parts.append(f"<tr><td><code>{e(op)}</code></td><td>{n}</td><td>{s['fallback'][op]}</td>"
+                     f"<td><div class='bar' style='width:{int(200 * n / mx)}px'></div></td></tr>")
+    parts.append("</table><h2>Failure causes</h2><table><tr><th>cause</th><th>runs</th></tr>")
+    for cause, n in s["causes"].most_common():
+        parts.append(f"<tr><td>{e(cause)}</td><td>{n}</td></tr>")
+    parts.append("</table><h2>All runs</h2><table><tr><th>suite</th><th>model</th><th>mode</th><th>status</th>"
+                 "<th>cause</th><th>error</th><th>fallback ops</th><th>s</th><th>peak MiB</th></tr>")
+    for r in sorted(recs, key=lambda r: (r["suite"], r["model"], r["mode"])):
+        color = {"pass": "#dfd", "fail": "#fdd"}.get(r["status"], "#eee")
+        parts.append(f"<tr style='background:{color}'><td>{e(r['suite'])}</td><td>{e(r['model'])}</td>"
+                     f"<td>{e(r['mode'])}</td><td>{e(r['status'])}</td><td>{e(r.get('cause') or '')}</td>"
+                     f"<td>{e((r.get('error') or '')[:160])}</td><td>{e(', '.join(sorted(r.get('fallback_ops') or {})))}</td>"
+                     f"<td>{r.get('seconds', 0):.1f}</td><td>{(r.get('peak_bytes') or 0) / 2**20:.1f}</td></tr>")
+    parts.append("</table></body></html>")
+    return "\n".join(parts)
+
+
+def write_report(path: str, md_out: str | None = None, html_out: str | None = None) -> tuple[str, str]:
+    recs = results.load(path)
+    stem = os.path.splitext(path)[0]
+    md_out = md_out or stem + ".md"
+    html_out = html_out or stem + ".html"
+    with open(md_out, "w") as f:
+        f.write(render_markdown(recs))
+    with open(html_out, "w") as f:
+        f.write(render_html(recs))
+    return md_out, html_out

@@ -1,0 +1,88 @@
+"""``torchneuron sweep``: select models, run each (model, mode) in a worker, append records."""
+
+from __future__ import annotations
+
+import fnmatch
+import sys
+import time
+
+from . import MODES, SUITES, registry, results
+from .runner import Worker
+
+
+def select(suite: str, *, filter_: str | None = None, shard: str | None = None,
+           limit: int | None = None, models: list[str] | None = None) -> list[str]:
+    names = list(models) if models else registry.list_models(suite)
+    if filter_:
+        pats = filter_.split(",")
+        names = [n for n in names if any(fnmatch.fnmatch(n, p) if any(c in p for c in "*?[") else p in n
+                                         for p in pats)]
+    if shard:
+        i, n = (int(v) for v in shard.split("/"))
+        if not 0 <= i < n:
+            raise ValueError(f"--shard {shard}: need 0 <= i < n")
+        names = names[i::n]
+    if limit is not None:
+        names = names[:limit]
+    return names
+
+
+class _Progress:
+    def __init__(self, total: int, quiet: bool):
+        self.total, self.n, self.t0, self.quiet = total, 0, time.perf_counter(), quiet
+        self.bar = None
+        if not quiet:
+            try:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=total, unit="run", file=sys.stderr, dynamic_ncols=True)
+            except ImportError:
+                pass
+
+    def update(self, rec: dict, tally: dict) -> None:
+        self.n += 1
+        desc = f"{rec['suite']}:{rec['model']}[{rec['mode']}] {rec['status']}"
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"pass {tally.get('pass', 0)} fail {tally.get('fail', 0)} skip {tally.get('skip', 0)}")
+            self.bar.set_description_str(desc[:48])
+            self.bar.update(1)
+        elif not self.quiet:
+            el = time.perf_counter() - self.t0
+            eta = el / self.n * (self.total - self.n)
+            print(f"[{self.n}/{self.total}] {desc} ({rec['seconds']:.1f}s) elapsed {el:.0f}s eta {eta:.0f}s",
+                  file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def run_sweep(suites: list[str], modes: list[str], out: str, *, limit: int | None = None,
+              shard: str | None = None, filter_: str | None = None, timeout: float = 180.0,
+              models: list[str] | None = None, quiet: bool = False) -> list[dict]:
+    for s in suites:
+        if s not in SUITES and s != "_selftest":
+            raise ValueError(f"unknown suite {s!r} (have {', '.join(SUITES)})")
+    for m in modes:
+        if m not in MODES:
+            raise ValueError(f"unknown mode {m!r} (have {', '.join(MODES)})")
+    done = results.done_keys(out)
+    todo = [(s, n, m) for s in suites
+            for n in select(s, filter_=filter_, shard=shard, limit=limit, models=models)
+            for m in modes if (s, n, m) not in done]
+    if not quiet:
+        print(f"sweep: {len(todo)} runs to do ({len(done)} already in {out})", file=sys.stderr)
+    new: list[dict] = []
+    tally: dict = {}
+    prog = _Progress(len(todo), quiet)
+    try:
+        with Worker(timeout=timeout) as w:
+            for s, n, m in todo:
+                rec = w.run(s, n, m)
+                results.append(out, rec)
+                new.append(rec)
+                tally[rec["status"]] = tally.get(rec["status"], 0) + 1
+                prog.update(rec, tally)
+    finally:
+        prog.close()
+    return new
