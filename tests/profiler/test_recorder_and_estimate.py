@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 
@@ -24,24 +22,21 @@ def test_no_recorder_when_no_profiler_is_active():
     assert s.events == []
 
 
-def test_off_costs_nothing_measurable():
-    """With no profiler the per-op cost is the device's one `RECORDER is None` check: the
-    same loop timed before and after a profiling session takes the same time (within noise)."""
+def test_nothing_installed_when_off():
+    """With no profiler the device's only cost is its one ``RECORDER is None`` check: after a
+    session neither the activity recorder nor an allocator observer is left installed, and
+    device work done then is not recorded. (Timing belongs in bench/, not in unit tests.)"""
+    from torchneuron.runtime import state
+
     x = torch.randn(8, 8, device="neuron")
-
-    def loop():
-        t = time.perf_counter()
-        for _ in range(300):
-            torch.add(x, x)
-        return time.perf_counter() - t
-
-    loop()
-    before = min(loop() for _ in range(3))
-    with tnp.record():
-        loop()
-    after = min(loop() for _ in range(3))
+    observers_before = list(state.allocator().observers)
+    with tnp.record() as s:
+        torch.add(x, x)
+    n = len(s.events)
     assert activity.RECORDER is None
-    assert after < before * 1.5 + 2e-3
+    assert state.allocator().observers == observers_before
+    torch.add(x, x)
+    assert len(s.events) == n
 
 
 def test_events_have_kind_stream_bytes_flops():
