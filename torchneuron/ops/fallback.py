@@ -18,10 +18,11 @@ from time import perf_counter_ns
 import torch
 from torch.utils._pytree import tree_map
 
-from ..runtime import activity, rng
+from ..runtime import activity
 from ..runtime.errors import ERRORS, NeuronFallbackError, user_stack
 from ..runtime.storage import host, wrap_host
 from . import dtype_policy, tracking
+from .generic import call_host, with_device_generator
 from .opinfo import facts
 
 _warned: set[str] = set()
@@ -105,18 +106,8 @@ def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
     whole = f.name.startswith("aten::as_strided")
     hargs = tree_map(lambda a: _to_host(a, whole), args)
     hkwargs = tree_map(lambda a: _to_host(a, whole), kwargs)
-    # random ops draw from the device generator wherever they run
-    if f.generator_name is not None:
-        if f.generator_pos is not None and f.generator_pos < len(hargs):
-            if hargs[f.generator_pos] is None:
-                hargs = hargs[: f.generator_pos] + (rng.generator(),) + hargs[f.generator_pos + 1:]
-        elif hkwargs.get(f.generator_name) is None:
-            hkwargs[f.generator_name] = rng.generator()
-    if f.random_without_generator:
-        with rng.as_cpu_default():
-            out = op(*hargs, **hkwargs)
-    else:
-        out = op(*hargs, **hkwargs)
+    hargs, hkwargs = with_device_generator(f, tuple(hargs), dict(hkwargs))  # device RNG everywhere
+    out = call_host(op, f, hargs, hkwargs)
     if activity.RECORDER is not None:
         activity.RECORDER.record("fallback", f.qualified, hargs, out, t0, perf_counter_ns())
     # written arguments: copy the host's result back into device memory

@@ -285,6 +285,25 @@ def inplace_kernel(op: torch._ops.OpOverload):
     return kernel
 
 
+def with_device_generator(f: OpFacts, hargs: tuple, hkwargs: dict):
+    """Random ops draw from the device generator: fill in a ``generator`` argument left None."""
+    if f.generator_name is not None:
+        if f.generator_pos is not None and f.generator_pos < len(hargs):
+            if hargs[f.generator_pos] is None:
+                hargs = hargs[: f.generator_pos] + (rng.generator(),) + hargs[f.generator_pos + 1:]
+        elif hkwargs.get(f.generator_name) is None:
+            hkwargs[f.generator_name] = rng.generator()
+    return hargs, hkwargs
+
+
+def call_host(op, f: OpFacts, hargs, hkwargs):
+    """Run the host kernel; kernels with no generator argument see the device's stream."""
+    if f.random_without_generator:
+        with rng.as_cpu_default():
+            return op(*hargs, **hkwargs)
+    return op(*hargs, **hkwargs)
+
+
 def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
     """Execute ``op`` on the simulated core (see module docstring)."""
     f = facts(op)
@@ -294,22 +313,13 @@ def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
     unwrap = _Unwrap(fresh=f.metadata_mutating)
     hargs = tuple(unwrap.one(a) for a in args)
     hkwargs = {k: unwrap.one(v) for k, v in kwargs.items()} if kwargs else {}
-    if f.generator_name is not None:
-        if f.generator_pos is not None and f.generator_pos < len(hargs):
-            if hargs[f.generator_pos] is None:
-                hargs = hargs[: f.generator_pos] + (rng.generator(),) + hargs[f.generator_pos + 1:]
-        elif hkwargs.get(f.generator_name) is None:
-            hkwargs[f.generator_name] = rng.generator()
+    hargs, hkwargs = with_device_generator(f, hargs, hkwargs)
     emulate = unwrap.emulate and not dtype_policy.exact()
     if emulate:
         hargs, hkwargs = _narrow_inputs(f, hargs, hkwargs)
     t0 = perf_counter_ns()
     try:
-        if f.random_without_generator:
-            with rng.as_cpu_default():
-                out = op(*hargs, **hkwargs)
-        else:
-            out = op(*hargs, **hkwargs)
+        out = call_host(op, f, hargs, hkwargs)
         if activity.RECORDER is not None:
             activity.RECORDER.record("kernel", f.qualified, hargs, out, t0, perf_counter_ns())
     except Exception as err:  # noqa: BLE001 - every kernel error follows the queue's contract
