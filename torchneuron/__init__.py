@@ -36,6 +36,9 @@ from .runtime.errors import NeuronFallbackError, NeuronRuntimeError  # noqa: E40
 
 __all__ = [
     "nki_op",
+    "set_execution_mode",
+    "get_execution_mode",
+    "execution_mode",
     "Estimate",
     "estimate",
     "NeuronFallbackError",
@@ -97,6 +100,9 @@ def _register() -> None:
         integration.install()
         from . import distributed  # noqa: F401  registers the c10d backend "neuron" (~1 ms)
         _registered = True
+    from . import adaptive
+
+    adaptive.from_environment()  # TORCHNEURON_ADAPTIVE_EAGER=1
 
 
 def is_registered() -> bool:
@@ -109,6 +115,10 @@ def __getattr__(name: str):
         from . import profiler
 
         return getattr(profiler, name)
+    if name in ("set_execution_mode", "get_execution_mode", "execution_mode"):
+        from . import adaptive
+
+        return getattr(adaptive, name)
     if name == "nki_op":
         from .nki.torch_integration import nki_op
 

@@ -21,7 +21,7 @@ from time import perf_counter_ns
 import torch
 from torch.utils._pytree import tree_map
 
-from ..runtime import activity, rng
+from ..runtime import activity, lazy, rng
 from ..runtime.errors import ERRORS, NeuronRuntimeError, launch_blocking, make_context
 from ..runtime.storage import (
     empty_device,
@@ -43,6 +43,7 @@ _Device = torch.device
 _NEURON = "neuron"
 _CPU_DEVICE = torch.device("cpu")
 _META_DEVICE = torch.device("meta")
+_NOT_RECORDED = lazy.NOT_RECORDED
 
 
 class _Unwrap:
@@ -207,6 +208,10 @@ def functional_kernel(op: torch._ops.OpOverload):
     counter = tracking._executed
 
     def kernel(*args, **kwargs):
+        if lazy.RECORDER is not None:
+            r = lazy.RECORDER(op, args, kwargs)
+            if r is not _NOT_RECORDED:
+                return r
         counter[qualified] += 1
         flags: list = []
         hargs = [_fast_unwrap(a, flags) for a in args]
@@ -260,6 +265,10 @@ def inplace_kernel(op: torch._ops.OpOverload):
     returns_self = bool(op._schema.returns)
 
     def kernel(*args, **kwargs):
+        if lazy.RECORDER is not None:
+            r = lazy.RECORDER(op, args, kwargs)
+            if r is not _NOT_RECORDED:
+                return r
         counter[qualified] += 1
         flags: list = []
         hargs = [_fast_unwrap(a, flags) for a in args]

@@ -11,7 +11,7 @@ from time import perf_counter_ns
 import torch
 from torch._C import DispatchKey, DispatchKeySet
 
-from ..runtime import activity, state
+from ..runtime import activity, lazy, state
 from ..runtime.errors import ERRORS
 from ..runtime.storage import block_of, device_tensor, empty_device, host, repoint, wrap_host
 from . import dtype_policy, tracking
@@ -72,6 +72,10 @@ def _src_host(src: torch.Tensor) -> torch.Tensor:
 
 
 def copy_(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    if lazy.RECORDER is not None and self.device.type == "neuron" and src.device.type == "neuron":
+        r = lazy.RECORDER(aten.copy_.default, (self, src, non_blocking), {})
+        if r is not lazy.NOT_RECORDED:
+            return r
     tracking.executed("aten::copy_")
     t0 = perf_counter_ns()
     if self.device.type == "neuron":
@@ -105,6 +109,14 @@ def _copy_from_and_resize(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
 
 
 def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
+    if lazy.RECORDER is not None and self.device.type == "neuron" and (
+        device is None or torch.device(device).type == "neuron"
+    ):
+        kw = {k: v for k, v in (("dtype", dtype), ("layout", layout), ("device", device),
+                                ("pin_memory", pin_memory), ("memory_format", memory_format)) if v is not None}
+        r = lazy.RECORDER(aten._to_copy.default, (self,), kw)
+        if r is not lazy.NOT_RECORDED:
+            return r
     tracking.executed("aten::_to_copy")
     target = torch.device(device) if device is not None else self.device
     dtype = dtype or self.dtype
@@ -153,7 +165,10 @@ def _meta_view(op):
     handle = op._handle
 
     def kernel(*args, **kwargs):
-        return handle.redispatch_boxed(_META, *args, **kwargs)
+        out = handle.redispatch_boxed(_META, *args, **kwargs)
+        if lazy.VIEW is not None:
+            lazy.VIEW(op, args, kwargs, out)  # adaptive eager: views of recorded values
+        return out
 
     return kernel
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from ..runtime import lazy
 from . import attention, autocast, compute_kernels, fallback, generic, memory_ops, placement
 from .opinfo import facts
 
@@ -53,8 +54,13 @@ def _generic_kernel(op):
     if f.plain_inplace:
         return generic.inplace_kernel(op)
     run = generic.run
+    not_recorded = lazy.NOT_RECORDED
 
     def kernel(*args, **kwargs):
+        if lazy.RECORDER is not None:  # adaptive eager
+            r = lazy.RECORDER(op, args, kwargs)
+            if r is not not_recorded:
+                return r
         return run(op, args, kwargs)
 
     kernel.__name__ = f"neuron_{op.__name__}"

@@ -15,6 +15,8 @@ import threading
 import traceback
 from dataclasses import dataclass, field
 
+from . import lazy
+
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TORCH_MARKERS = (os.sep + "torch" + os.sep, os.sep + "torchneuron" + os.sep, "<frozen ")
 
@@ -72,9 +74,19 @@ def describe_value(v: object) -> str | None:
     return None
 
 
+_replay = threading.local()
+
+
+def set_replay_stack(frames: list[traceback.FrameSummary] | None) -> None:
+    """While recorded work is replayed, errors name the stack where the op was *launched*."""
+    _replay.frames = frames
+
+
 def user_stack(limit: int = 12) -> list[traceback.FrameSummary]:
     """The caller's stack without frames from torch or torchneuron (the user's own code)."""
-    frames = traceback.extract_stack()[:-1]
+    frames = getattr(_replay, "frames", None)
+    if frames is None:
+        frames = traceback.extract_stack()[:-1]
     user = [f for f in frames if not any(m in f.filename for m in _TORCH_MARKERS)]
     return user[-limit:]
 
@@ -111,7 +123,12 @@ class PendingErrors:
             return ctx
 
     def raise_pending(self) -> None:
-        """Raise the earliest pending error (clearing the slot) if there is one."""
+        """Raise the earliest pending error (clearing the slot) if there is one.
+
+        A synchronisation point: work recorded by adaptive eager mode runs first."""
+        flush = lazy.FLUSH
+        if flush is not None:
+            flush()
         if self._first is None:
             return
         ctx = self.take()

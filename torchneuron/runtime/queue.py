@@ -16,6 +16,7 @@ from contextlib import contextmanager
 
 import torch
 
+from . import lazy
 from .errors import ERRORS
 
 _DEVICE_TYPE = int(torch._C._autograd.DeviceType.PrivateUse1)
@@ -111,6 +112,8 @@ def set_stream(stream: torch.Stream | None) -> None:
         if getattr(stream, "device_type", None) != _DEVICE_TYPE:
             raise ValueError(f"set_stream: {stream} is not a neuron stream")
         stream = Stream(stream_id=stream.stream_id)
+    if lazy.FLUSH is not None and stream != current_stream():
+        lazy.FLUSH()  # adaptive eager: recorded work keeps the order of the stream it was launched on
     _tls.stream = stream
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch._C import DispatchKey, DispatchKeySet
 
-from . import state
+from . import lazy, state
 from .memory import Block
 
 DEVICE = torch.device("neuron", 0)
@@ -70,6 +70,8 @@ def _flat(block: Block, dtype: torch.dtype) -> torch.Tensor:
 
 def host(t: torch.Tensor) -> torch.Tensor:
     """A CPU tensor aliasing the device tensor's bytes and geometry (no copy)."""
+    if lazy.FLUSH is not None:
+        lazy.FLUSH()  # recorded work (adaptive eager) runs before anyone reads device bytes
     block = t.untyped_storage().__dict__.get(_BLOCK)
     if block is None:
         block = block_of(t)
@@ -92,6 +94,8 @@ def forget_alias(t: torch.Tensor) -> None:
 
 def fresh_host(t: torch.Tensor) -> torch.Tensor:
     """Like :func:`host`, but a new alias object that the caller may restride in place."""
+    if lazy.FLUSH is not None:
+        lazy.FLUSH()
     return _flat(block_of(t), t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
 
 

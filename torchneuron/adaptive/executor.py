@@ -1,0 +1,218 @@
+"""Running a flushed window: fused through the compile pipeline, or replayed op by op.
+
+A window becomes an FX graph (placeholders = memory from before the window, nodes = the
+recorded ops in launch order, outputs = the results whose memory is still alive). That graph
+goes through the same pipeline as ``torch.compile(backend="neuron")`` — AOTAutograd
+(functionalisation of the in-place ops and views, write-back of mutated placeholders), the
+partitioner (lowerable regions are fused and compiled through StableHLO and IREE, the rest run
+as eager device ops), the executable cache — and is cached under the window's signature, so a
+training loop compiles its windows once and then only looks them up.
+
+Results are written into the device memory the recorder handed out; results nobody references
+any more are not outputs of the graph at all (the compiler removes their computation if nothing
+else needs it). A window that fails to compile or to run is replayed op by op with the eager
+kernels and its signature is remembered as non-fusable. Errors keep the eager contract: index
+tensors are bounds-checked before a fused window runs, and any failure sends the window to the
+op-by-op replay, where the eager kernels defer the earliest error with its op and with the stack
+from which the op was launched.
+"""
+
+from __future__ import annotations
+
+import operator
+import threading
+import warnings
+
+import torch
+import torch.fx as fx
+from torch._C._profiler import symbolize_tracebacks
+
+from ..runtime import errors
+from ..runtime.storage import _flat, host
+from . import metrics
+from .window import Ref, Window
+
+_NON_FUSABLE = object()
+_MAX_FLOAT_VARIANTS = 1
+
+
+class WindowCache:
+    def __init__(self) -> None:
+        self.entries: dict[tuple, object] = {}
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+
+CACHE = WindowCache()
+
+
+def _fx_args(a, env):
+    if isinstance(a, Ref):
+        return env[a.i]
+    if type(a) is tuple:
+        return tuple(_fx_args(x, env) for x in a)
+    return a
+
+
+def build_graph(w: Window, live: list[int]) -> fx.GraphModule:
+    g = fx.Graph()
+    env: dict[int, fx.Node] = {}
+    for i, v in enumerate(w.ph_values):
+        env[v] = g.placeholder(f"p{i}")
+    for k, n in enumerate(w.nodes):
+        node = g.call_function(n.op, _fx_args(n.args, env), {k2: _fx_args(v, env) for k2, v in n.kwargs.items()})
+        node.meta["window_index"] = k
+        if n.single:
+            if n.outs and n.outs[0] is not None:
+                env[n.outs[0]] = node
+        else:
+            for j, v in enumerate(n.outs):
+                if v is not None:
+                    env[v] = g.call_function(operator.getitem, (node, j))
+    g.output(tuple(env[v] for v in live))
+    return fx.GraphModule(torch.nn.Module(), g)
+
+
+def _compile(gm: fx.GraphModule, inputs: list[torch.Tensor]):
+    """AOTAutograd + the compile pipeline. A flush often happens inside a kernel (a host read),
+    where the dispatcher's thread-local state excludes autograd keys that fake-tensor tracing
+    needs: the graph is traced on a helper thread, whose dispatcher state is clean."""
+    from ..compiler.backend import _aot_backend
+    from ..compiler.settings import CompileOptions
+
+    box: dict = {}
+
+    def work() -> None:
+        try:
+            with torch.no_grad():
+                box["fn"] = _aot_backend(CompileOptions(fallback=False, partition=True))(gm, inputs)
+        except BaseException as err:  # noqa: BLE001 - re-raised on the caller's thread
+            box["err"] = err
+
+    t = threading.Thread(target=work, name="torchneuron-adaptive-compile")
+    t.start()
+    t.join()
+    if "err" in box:
+        raise box["err"]
+    return box["fn"]
+
+
+class _Replay(fx.Interpreter):
+    """Runs the window's ops one by one on the eager kernels, with each op's launch stack."""
+
+    def __init__(self, gm: fx.GraphModule, w: Window):
+        super().__init__(gm)
+        self._w = w
+
+    def run_node(self, n: fx.Node):
+        k = n.meta.get("window_index")
+        if k is None:
+            return super().run_node(n)
+        errors.set_replay_stack(_LazyStack(self._w.nodes[k].traceback))
+        try:
+            return super().run_node(n)
+        finally:
+            errors.set_replay_stack(None)
+
+
+class _LazyStack(list):
+    """The launch stack of a recorded op, symbolised when an error context asks for it."""
+
+    def __init__(self, tb):
+        super().__init__()
+        self._tb = tb
+        self._done = False
+
+    def _fill(self) -> None:
+        if not self._done:
+            self._done = True
+            import traceback
+
+            frames = symbolize_tracebacks([self._tb])[0]
+            self.extend(traceback.FrameSummary(f["filename"], f["line"], f["name"]) for f in reversed(frames))
+
+    def __iter__(self):
+        self._fill()
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        self._fill()
+        return super().__len__()
+
+    def __getitem__(self, i):
+        self._fill()
+        return super().__getitem__(i)
+
+
+def _checks_pass(w: Window) -> bool:
+    for c in w.checks:
+        h = host(c.index)
+        if h.numel() == 0:
+            continue
+        lo, hi = torch.aminmax(h)
+        if int(hi) >= c.bound or int(lo) < (-c.bound if c.negative_ok else 0):
+            return False
+    return True
+
+
+def run_window(w: Window, reason: str) -> None:
+    """Execute the work recorded in ``w`` (recording is off while this runs)."""
+    metrics.count("windows")
+    metrics.count_reason(reason)
+    live = [o for o in w.outputs if o.block() is not None]
+    mutates = any(u.written and not u.produced for u in w.blocks.values())
+    if not live and not mutates and not w.random and not w.checks:
+        metrics.count("windows_dead")  # nothing observable: no result alive, nothing written
+        return
+    structure = (tuple(w.sig), tuple(o.value for o in live))
+    variants = CACHE.entries.get(structure)
+    if variants is None:
+        variants = CACHE.entries[structure] = {}
+    floats = tuple(w.floats)
+    entry = variants.get(floats)
+    gm = None
+    if entry is None:
+        if len(variants) >= _MAX_FLOAT_VARIANTS:
+            # the same program with ever new float arguments (an optimizer's bias correction):
+            # compiling each would cost more than it saves; it runs op by op
+            entry = _NON_FUSABLE
+            metrics.count("windows_varying_floats")
+        else:
+            gm = build_graph(w, [o.value for o in live])
+            try:
+                entry = _compile(gm, w.placeholders)
+                metrics.count("windows_compiled")
+            except Exception as err:  # noqa: BLE001 - a window that cannot be fused runs op by op
+                entry = _NON_FUSABLE
+                metrics.count("windows_non_fusable")
+                metrics.note_failure(f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
+            variants[floats] = entry
+    else:
+        metrics.count("window_cache_hits")
+    results = None
+    if entry is not _NON_FUSABLE and (not w.checks or _checks_pass(w)):
+        try:
+            with torch.no_grad():
+                results = entry(*w.placeholders)
+            metrics.count("windows_fused")
+        except Exception as err:  # noqa: BLE001
+            variants[floats] = _NON_FUSABLE
+            metrics.count("windows_non_fusable")
+            metrics.note_failure(f"run: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
+            warnings.warn(f"torchneuron adaptive eager: a fused window failed to run and is replayed "
+                          f"op by op ({type(err).__name__}: {err})", RuntimeWarning, stacklevel=2)
+    if results is None:
+        if gm is None:
+            gm = build_graph(w, [o.value for o in live])
+        metrics.count("windows_replayed")
+        with torch.no_grad():
+            results = _Replay(gm, w).run(*w.placeholders)
+    for o, r in zip(live, results, strict=True):
+        block = o.block()
+        if block is None or not r.numel():
+            continue
+        dst = _flat(block, o.dtype).as_strided(o.size, o.stride, 0)
+        src = host(r)
+        if src.data_ptr() != dst.data_ptr():
+            dst.copy_(src)
