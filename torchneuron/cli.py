@@ -63,7 +63,7 @@ def _run_cache(ns: argparse.Namespace) -> int:
 
 def _add_sweep(p: argparse.ArgumentParser) -> None:
     p.add_argument("--suite", default="torchvision", help="comma-separated: torchvision,transformers")
-    p.add_argument("--modes", default="eager", help="comma-separated: eager,compile")
+    p.add_argument("--modes", default="eager", help="comma-separated: eager,compile,adaptive")
     p.add_argument("--limit", type=int, help="first N models per suite (after --filter/--shard)")
     p.add_argument("--shard", help="i/n: every n-th model starting at i (0-based)")
     p.add_argument("--filter", help="comma-separated substrings or glob patterns on the model name")

@@ -116,3 +116,17 @@ def test_metrics_report_times_and_cache():
     assert g["nodes"] >= 3 and g["lowering_seconds"] > 0
     tnc.reset_metrics()
     assert tnc.get_metrics()["graphs_compiled"] == 0
+
+
+@pytest.mark.parametrize("expr", ["amax", "var", "logsumexp", "softmax"])
+def test_zero_dim_reductions_run_eagerly_instead_of_crashing_the_lowering(expr):
+    # torch-mlir segfaults or hangs lowering these on 0-d tensors; they must stay out of regions
+    fns = {
+        "amax": lambda x: torch.amax(x, [0], True) + 1,
+        "var": lambda x: x.var(0) + 1,
+        "logsumexp": lambda x: torch.logsumexp(x, 0) + 1,
+        "softmax": lambda x: x.softmax(0) + 1,
+    }
+    x = torch.tensor(0.25)
+    out = torch.compile(fns[expr], backend="neuron")(x.to("neuron"))
+    torch.testing.assert_close(out.cpu(), fns[expr](x), equal_nan=True)

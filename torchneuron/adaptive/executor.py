@@ -20,13 +20,13 @@ from which the op was launched.
 from __future__ import annotations
 
 import operator
-import threading
 import warnings
 
 import torch
 import torch.fx as fx
 from torch._C._profiler import symbolize_tracebacks
 
+from ..compiler.executable import results_into_destinations
 from ..runtime import errors
 from ..runtime.storage import _flat, host
 from . import metrics
@@ -75,27 +75,12 @@ def build_graph(w: Window, live: list[int]) -> fx.GraphModule:
 
 
 def _compile(gm: fx.GraphModule, inputs: list[torch.Tensor]):
-    """AOTAutograd + the compile pipeline. A flush often happens inside a kernel (a host read),
-    where the dispatcher's thread-local state excludes autograd keys that fake-tensor tracing
-    needs: the graph is traced on a helper thread, whose dispatcher state is clean."""
+    """AOTAutograd and the compile pipeline, as for ``torch.compile(backend="neuron")``."""
     from ..compiler.backend import _aot_backend
     from ..compiler.settings import CompileOptions
 
-    box: dict = {}
-
-    def work() -> None:
-        try:
-            with torch.no_grad():
-                box["fn"] = _aot_backend(CompileOptions(fallback=False, partition=True))(gm, inputs)
-        except BaseException as err:  # noqa: BLE001 - re-raised on the caller's thread
-            box["err"] = err
-
-    t = threading.Thread(target=work, name="torchneuron-adaptive-compile")
-    t.start()
-    t.join()
-    if "err" in box:
-        raise box["err"]
-    return box["fn"]
+    with torch.no_grad():
+        return _aot_backend(CompileOptions(fallback=False, partition=True))(gm, inputs)
 
 
 class _Replay(fx.Interpreter):
@@ -193,7 +178,7 @@ def run_window(w: Window, reason: str) -> None:
     results = None
     if entry is not _NON_FUSABLE and (not w.checks or _checks_pass(w)):
         try:
-            with torch.no_grad():
+            with torch.no_grad(), results_into_destinations():
                 results = entry(*w.placeholders)
             metrics.count("windows_fused")
         except Exception as err:  # noqa: BLE001

@@ -13,6 +13,7 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 
@@ -83,6 +84,25 @@ def compile_stablehlo(text: str, flags: tuple[str, ...]) -> CompileResult:
     return CompileResult(proc.stdout, log, seconds)
 
 
+class _Staging(threading.local):
+    active = False
+
+
+# set by adaptive eager while a fused window runs: its results are copied into the buffers the
+# recorder allocated (the chip writes them there directly), so they are staging, not memory
+_staging = _Staging()
+
+
+@contextmanager
+def results_into_destinations():
+    prev = _staging.active
+    _staging.active = True
+    try:
+        yield
+    finally:
+        _staging.active = prev
+
+
 class _Runtime:
     """One IREE instance and HAL device per process (the simulated NeuronCore)."""
 
@@ -150,7 +170,7 @@ class Executable:
             h = torch.from_dlpack(device.create_dlpack_capsule(view, _DLPACK_CPU, 0))
             if h.dtype != dtype:
                 h = h.to(dtype)  # dtype restored after 32-bit compute
-            outs.append(wrap_host(h))
+            outs.append(wrap_host(h, counted=not _staging.active))
         if activity.RECORDER is not None:
             activity.RECORDER.record("executable", self.name, tuple(keep), [host(o) for o in outs], t0, time.perf_counter_ns())
         return outs

@@ -41,6 +41,12 @@ def lower(gm: fx.GraphModule, name: str = "main") -> Lowered:
     from torch_mlir.dialects import torch as torch_d
     from torch_mlir.extras.fx_importer import FxImporter
 
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and crashes_lowering(node):
+            raise LoweringError(
+                f"{node.target} reduces a 0-dimensional tensor over a dimension; torch-mlir "
+                "crashes or hangs on such graphs, so the op runs eagerly"
+            )
     strip_device_args(gm)
     # MLIR diagnostics are collected (and reported in the error) instead of printed
     diagnostics: list[str] = []
@@ -117,9 +123,23 @@ def single_node_graph(node: fx.Node) -> fx.GraphModule:
     return fx.GraphModule(torch.nn.Module(), g)
 
 
+def crashes_lowering(node: fx.Node) -> bool:
+    """An op that takes a ``dim`` and is applied to a 0-dimensional tensor: torch-mlir 20261001
+    segfaults (``amax(x, [0], True)``, ``var``, ``logsumexp``) or hangs (``_softmax``) lowering
+    these, taking the process with it, so they are never handed to it."""
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    if not any(a.name == "dim" for a in target._schema.arguments):
+        return False
+    first = node.args[0] if node.args else None
+    val = first.meta.get("val") if isinstance(first, fx.Node) else None
+    return isinstance(val, torch.Tensor) and val.dim() == 0
+
+
 def node_lowers(node: fx.Node) -> bool:
     val = node.meta.get("val")
-    if not _tensor_vals(val):
+    if not _tensor_vals(val) or crashes_lowering(node):
         return False
     key = _key(node)
     with _cache_lock:

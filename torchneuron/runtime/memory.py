@@ -53,11 +53,14 @@ class Block:
     bytes to the allocator.
     """
 
-    __slots__ = ("host", "nbytes", "rounded", "allocator", "flats", "alias_key", "alias", "cacheable", "__weakref__")
+    __slots__ = ("host", "nbytes", "rounded", "allocator", "flats", "alias_key", "alias", "cacheable",
+                 "counted", "__weakref__")
 
-    def __init__(self, host: torch.UntypedStorage, nbytes: int, rounded: int, allocator: DeviceAllocator, cacheable: bool = True):
+    def __init__(self, host: torch.UntypedStorage, nbytes: int, rounded: int, allocator: DeviceAllocator,
+                 cacheable: bool = True, counted: bool = True):
         self.host = host
         self.cacheable = cacheable
+        self.counted = counted
         self.nbytes = nbytes
         self.rounded = rounded
         self.allocator = allocator
@@ -160,11 +163,17 @@ class DeviceAllocator:
             self._account(nbytes, rounded, from_cache=False)
             return Block(host, nbytes, rounded, self)
 
-    def adopt(self, host: torch.UntypedStorage, nbytes: int | None = None) -> Block:
-        """Take a host buffer computed by a kernel as a new device allocation (no copy)."""
+    def adopt(self, host: torch.UntypedStorage, nbytes: int | None = None, counted: bool = True) -> Block:
+        """Take a host buffer computed by a kernel as a new device allocation (no copy).
+
+        ``counted=False``: a simulator-side staging buffer that stands for memory already
+        accounted for (the result of a fused program that the chip writes straight into its
+        destination buffer); it is not device memory and is not in the statistics."""
         if nbytes is None:
             nbytes = host.nbytes()
         rounded = round_size(nbytes) if nbytes >= GRANULE else GRANULE
+        if not counted:
+            return Block(host, nbytes, rounded, self, cacheable=False, counted=False)
         with self._lock:
             if self.reserved + rounded > self.capacity:
                 self._check_capacity(nbytes, rounded)
@@ -172,6 +181,9 @@ class DeviceAllocator:
             return Block(host, nbytes, rounded, self, cacheable=False)
 
     def _release(self, block: Block) -> None:
+        if not block.counted:
+            block.allocator = None
+            return
         with self._lock:
             self.allocated -= block.nbytes
             self.num_frees += 1

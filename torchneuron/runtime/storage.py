@@ -103,14 +103,15 @@ _set_boxed = _set_storage._handle.redispatch_boxed
 _allocator = None
 
 
-def wrap_host(h: torch.Tensor) -> torch.Tensor:
-    """Adopt the host tensor ``h`` (computed by a kernel) as device memory, without a copy."""
+def wrap_host(h: torch.Tensor, counted: bool = True) -> torch.Tensor:
+    """Adopt the host tensor ``h`` (computed by a kernel) as device memory, without a copy
+    (``counted=False``: a staging buffer outside the memory statistics, see ``adopt``)."""
     global _allocator
     if _allocator is None:
         _allocator = state.allocator()
     hs = h.untyped_storage()
     nbytes = hs.nbytes()
-    block = _allocator.adopt(hs, nbytes)
+    block = _allocator.adopt(hs, nbytes, counted)
     dtype = h.dtype
     t = _create_empty((0,), dtype)
     st = _construct_storage(hs.data_ptr(), DEVICE, nbytes)

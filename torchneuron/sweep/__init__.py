@@ -8,4 +8,4 @@ placement, numerics, memory and time per (model, mode), and render a compatibili
 """
 
 SUITES = ("torchvision", "transformers")
-MODES = ("eager", "compile")
+MODES = ("eager", "compile", "adaptive")

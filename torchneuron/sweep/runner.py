@@ -96,6 +96,9 @@ def check(suite: str, name: str, mode: str, *, rtol: float = 1e-3, atol: float =
             stage = "compile"
             torch._dynamo.reset()
             run = torch.compile(dev_model, backend="neuron")
+        if mode == "adaptive":
+            torchneuron.adaptive.reset_metrics()
+            torchneuron.set_execution_mode("adaptive")
         stage = "compile" if mode == "compile" else "forward"
         with torch.no_grad():
             got = [t.detach().float().cpu() for t in _flatten(run(**dev_inputs)) if t.is_floating_point()]
@@ -123,8 +126,17 @@ def check(suite: str, name: str, mode: str, *, rtol: float = 1e-3, atol: float =
         _loss(run(**dev_inputs)).backward()
         opt.step()
         torch.neuron.synchronize() if hasattr(torch.neuron, "synchronize") else None
+        if mode == "adaptive":
+            torchneuron.set_execution_mode("eager")
+            m = torchneuron.adaptive.get_metrics()
+            rec["adaptive"] = {k: m[k] for k in ("windows", "windows_fused", "windows_replayed",
+                                                 "windows_non_fusable", "ops_recorded", "ops_not_recordable")}
+            if m["windows_non_fusable"]:
+                raise RuntimeError(f"adaptive eager could not fuse a window: {m['failures'][0]}")
         rec["status"] = "pass"
     except Exception as exc:  # noqa: BLE001 -- every failure becomes a record
+        if mode == "adaptive":
+            torchneuron.set_execution_mode("eager")
         if stage in ("build", "cpu reference"):
             rec["status"] = "skip"  # does not run on CPU either: not counted against the device
             rec["cause"] = stage

@@ -1,0 +1,222 @@
+"""Adaptive eager keeps eager semantics: values, views and in-place writes, synchronisation
+points, stream order, memory, random numbers, errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import assert_same, eager_and_adaptive
+
+import torchneuron
+from torchneuron import adaptive
+from torchneuron.adaptive import executor
+from torchneuron.runtime.errors import NeuronRuntimeError
+
+
+def test_results_are_computed_at_the_synchronisation_point(adaptive_mode):
+    x = torch.randn(8, 16, device="neuron")
+    w = torch.randn(16, 4, device="neuron")
+    ref = torch.relu(x.cpu() @ w.cpu()).sum(1)
+    before = adaptive.get_metrics()["windows"]
+    z = torch.relu(x @ w).sum(1)
+    assert z.shape == (8,) and z.dtype == torch.float32 and z.device.type == "neuron"
+    m = adaptive.get_metrics()
+    assert m["windows"] == before and m["ops_recorded"] >= 3  # nothing ran yet
+    torch.testing.assert_close(z.cpu(), ref)
+    m = adaptive.get_metrics()
+    assert m["windows"] == before + 1 and m["windows_fused"] >= 1
+
+
+@pytest.mark.parametrize("sync", ["item", "cpu", "synchronize", "event", "print", "tolist", "nonzero"])
+def test_every_synchronisation_point_flushes(adaptive_mode, sync, capsys):
+    x = torch.ones(3, device="neuron")
+    y = x + 1
+    if sync == "item":
+        assert y.sum().item() == 6.0
+    elif sync == "cpu":
+        assert y.cpu().tolist() == [2.0, 2.0, 2.0]
+    elif sync == "synchronize":
+        torch.neuron.synchronize()
+    elif sync == "event":
+        e = torch.neuron.Event()
+        e.record()
+        e.synchronize()
+    elif sync == "print":
+        print(y)
+        assert "2., 2., 2." in capsys.readouterr().out
+    elif sync == "tolist":
+        assert y.tolist() == [2.0, 2.0, 2.0]
+    else:
+        assert torch.nonzero(y).shape == (3, 1)
+    assert adaptive.get_metrics()["windows"] >= 1
+    assert torchneuron.adaptive.mode._recorder.window.nodes == []
+
+
+def test_views_and_in_place_writes_keep_eager_semantics():
+    def program(x, w):
+        a = x @ w                    # recorded
+        t = a.t()                    # a view of a recorded value
+        t.mul_(2)                    # an in-place write through the view
+        a[:, 0] = -1                 # a slice assignment (copy_ into a view)
+        b = a.view(-1).clone()
+        x.add_(1)                    # writes a tensor from before the window
+        w.t()[0].zero_()             # writes into a view of memory from before the window
+        c = torch.cat([b, x.flatten()])
+        return a, b, c
+
+    eager, lazy = eager_and_adaptive(program, torch.randn(4, 5), torch.randn(5, 3))
+    assert_same(eager, lazy)
+
+
+def test_view_taken_before_the_window_then_base_written():
+    def program(x):
+        t = x.transpose(0, 1)
+        u = (t + 1).contiguous().view(-1)
+        x.add_(1)
+        return u, t * 1
+
+    eager, lazy = eager_and_adaptive(program, torch.randn(4, 8))
+    assert_same(eager, lazy)
+
+
+def test_optimizer_style_foreach_updates():
+    def program(p1, p2, g1, g2):
+        params, grads = [p1, p2], [g1, g2]
+        torch._foreach_mul_(params, 0.9)
+        torch._foreach_add_(params, grads, alpha=-0.1)
+        sq = torch._foreach_sqrt(torch._foreach_abs(grads))
+        torch._foreach_addcdiv_(params, grads, torch._foreach_add(sq, 1e-3), [0.5, 0.25])
+        return params
+
+    eager, lazy = eager_and_adaptive(program, torch.randn(8), torch.randn(3, 3), torch.randn(8), torch.randn(3, 3))
+    assert_same(eager, lazy)
+
+
+def test_mixed_dtypes_and_casts():
+    def program(x):
+        h = x.to(torch.bfloat16) * 3
+        i = (x > 0).to(torch.int32).cumsum(0)
+        return h.float() + i, h
+
+    eager, lazy = eager_and_adaptive(program, torch.randn(64))
+    # the fused program may keep x * 3 in float32 before rounding to bfloat16 once: one bf16
+    # ulp (2**-7 relative) of difference is within the dtype's tolerance
+    assert_same(eager, lazy, rtol=2**-7, atol=1e-5)
+
+
+def test_intermediates_nobody_references_are_not_written_out(adaptive_mode, monkeypatch):
+    seen = {}
+    build = executor.build_graph
+
+    def spy(w, live):
+        seen["outputs"], seen["allocated"] = len(live), len(w.outputs)
+        return build(w, live)
+
+    monkeypatch.setattr(executor, "build_graph", spy)
+    x = torch.randn(32, 32).to("neuron")  # a host-to-device copy runs at once
+    y = ((x * 2).sin() + 1).relu()  # three intermediates die at once
+    assert y.shape == (32, 32)
+    ref = ((x.cpu() * 2).sin() + 1).relu()
+    torch.testing.assert_close(y.cpu(), ref)
+    assert seen == {"outputs": 1, "allocated": 4}
+
+
+def test_a_window_with_no_live_result_runs_nothing(adaptive_mode):
+    x = torch.randn(16).to("neuron")
+    before = adaptive.get_metrics()["windows_dead"]
+    (x * 2).exp()  # discarded
+    torch.neuron.synchronize()
+    assert adaptive.get_metrics()["windows_dead"] == before + 1
+
+
+def test_device_memory_matches_eager():
+    def program():
+        x = torch.randn(256, 256, device="neuron")
+        torch.neuron.synchronize()
+        torch.neuron.reset_peak_memory_stats()
+        y = x
+        for _ in range(8):
+            y = (y @ x).tanh()
+        torch.neuron.synchronize()
+        return torch.neuron.max_memory_allocated(), torch.neuron.memory_allocated()
+
+    eager_peak, eager_now = program()
+    with torchneuron.execution_mode("adaptive"):
+        peak, now = program()
+    assert now == eager_now
+    assert peak <= eager_peak
+
+
+def test_stream_switch_keeps_launch_order(adaptive_mode):
+    s = torch.neuron.Stream()
+    x = torch.zeros(4, device="neuron")
+    x.add_(1)
+    with torch.neuron.stream(s):
+        x.mul_(3)
+    x.add_(1)
+    assert x.cpu().tolist() == [4.0] * 4
+    assert adaptive.get_metrics()["windows"] >= 2
+
+
+def test_random_ops_draw_the_same_numbers_as_eager():
+    def program():
+        torch.manual_seed(7)
+        x = torch.ones(1000, device="neuron")
+        a = F.dropout(x, 0.5, training=True)
+        b = torch.rand_like(x)
+        return a.cpu(), b.cpu()
+
+    ea, eb = program()
+    with torchneuron.execution_mode("adaptive"):
+        la, lb = program()
+    assert torch.equal(ea, la) and torch.equal(eb, lb)
+
+
+def test_shape_errors_raise_at_the_call(adaptive_mode):
+    x = torch.randn(3, 4, device="neuron")
+    with pytest.raises(RuntimeError, match="size of tensor a"):
+        x + torch.randn(5, device="neuron")
+    assert (x * 1).shape == (3, 4)  # the device stays usable
+
+
+def test_index_error_is_deferred_with_the_launch_site(adaptive_mode):
+    table = torch.randn(10, 4, device="neuron")
+    idx = torch.tensor([1, 2, 30], device="neuron")
+    out = F.embedding(idx, table) * 2  # the line the error must name
+    assert out.shape == (3, 4)
+    with pytest.raises(NeuronRuntimeError) as info:
+        torch.neuron.synchronize()
+    text = str(info.value)
+    assert "aten::embedding" in text
+    assert "out = F.embedding(idx, table) * 2" in text
+    assert (table.sum(0) * 0).cpu().tolist() == [0.0] * 4  # usable afterwards
+
+
+def test_a_window_that_fails_to_compile_is_replayed_and_not_compiled_again(adaptive_mode, monkeypatch):
+    calls = []
+
+    def failing(gm, inputs):
+        calls.append(1)
+        raise RuntimeError("simulated compiler failure")
+
+    monkeypatch.setattr(executor, "_compile", failing)
+
+    def step(x):
+        return ((x * 3).cos() - x).abs().cpu()
+
+    x = torch.randn(17, 3).to("neuron")
+    ref = ((x.cpu() * 3).cos() - x.cpu()).abs()
+    torch.testing.assert_close(step(x), ref)
+    torch.testing.assert_close(step(x), ref)
+    m = adaptive.get_metrics()
+    assert len(calls) == 1
+    assert m["windows_non_fusable"] == 1 and m["windows_replayed"] == 2
+    assert "simulated compiler failure" in m["failures"][0]
+
+
+def test_out_of_memory_while_recording(adaptive_mode, small_hbm):
+    x = torch.ones(1024, device="neuron")
+    with pytest.raises(torch.OutOfMemoryError):
+        x.expand(64, 1024, 1024).contiguous()
+    assert (x + 1).sum().item() == 2048.0
