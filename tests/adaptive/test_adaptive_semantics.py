@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import assert_same, eager_and_adaptive
+from support.adaptive import assert_same, eager_and_adaptive
 
 import torchneuron
 from torchneuron import adaptive
@@ -99,10 +99,14 @@ def test_mixed_dtypes_and_casts():
         i = (x > 0).to(torch.int32).cumsum(0)
         return h.float() + i, h
 
-    eager, lazy = eager_and_adaptive(program, torch.randn(64))
-    # the fused program may keep x * 3 in float32 before rounding to bfloat16 once: one bf16
-    # ulp (2**-7 relative) of difference is within the dtype's tolerance
-    assert_same(eager, lazy, rtol=2**-7, atol=1e-5)
+    x = torch.randn(64, generator=torch.Generator().manual_seed(3))
+    eager, lazy = eager_and_adaptive(program, x)
+    (e_sum, e_h), (l_sum, l_h) = eager[0], lazy[0]
+    # bf16 results: the dtype's default tolerance (a fused program may round x * 3 once where
+    # eager rounds the cast and the product separately)
+    torch.testing.assert_close(l_h, e_h)
+    # h + i cancels: its error is bounded by that of h, two bf16 ulps (2**-6 relative) of |h|
+    torch.testing.assert_close(l_sum, e_sum, rtol=0, atol=2**-6 * float(e_h.abs().max()))
 
 
 def test_intermediates_nobody_references_are_not_written_out(adaptive_mode, monkeypatch):
