@@ -4,9 +4,10 @@ Trains the GPT-2-style LM of ``bench/compile.py`` (4 layers, d=256, 4 heads, seq
 AdamW) on the ``neuron`` device and prints the median training-step time (forward, loss,
 backward, optimizer step, ``loss.item()``) in plain eager, adaptive eager and compile mode
 (``torch.compile(model, backend="neuron")``), the ratios the goals are stated in (eager /
-adaptive, goal ≥ 1.5; adaptive / compile, goal ≤ 1.3), the peak device memory of a steady-state
-step in eager and adaptive mode (goal: adaptive ≤ eager), how many windows adaptive mode
-compiled after its warm-up steps (goal: 0) and that the losses of the three modes agree.
+adaptive, goal ≥ 1.5; adaptive / compile, goal ≤ 1.3), the peak device memory a steady-state step
+adds above the resting state (parameters, optimizer state) in each mode (goal: adaptive ≤
+eager), how many windows adaptive mode compiled after its warm-up steps (goal: 0) and that the
+losses agree. The three modes step in turn, so that load on the machine affects all alike.
 
     python bench/adaptive.py [--steps 8] [--warmup 3]
 """
@@ -30,30 +31,33 @@ import torchneuron  # noqa: E402
 from torchneuron import adaptive  # noqa: E402
 
 
-def run(mode: str, model: torch.nn.Module, x, y, steps: int, warmup: int):
-    torch._dynamo.reset()
-    m = copy.deepcopy(model).to("neuron").train()
-    xd, yd = x.to("neuron"), y.to("neuron")
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
-    fwd = torch.compile(m, backend="neuron") if mode == "compile" else m
-    losses, times = [], []
-    compiled_after_warmup = 0
-    with torchneuron.execution_mode("adaptive" if mode == "adaptive" else "eager"):
-        for i in range(warmup + steps):
-            if i == warmup:
-                torch.neuron.synchronize()
-                torch.neuron.reset_peak_memory_stats()
-                compiled_after_warmup = adaptive.get_metrics()["windows_compiled"]
+class Trainer:
+    """One copy of the model and its optimizer, stepped in one execution mode."""
+
+    def __init__(self, mode: str, model: torch.nn.Module, x, y):
+        self.mode = mode
+        self.model = copy.deepcopy(model).to("neuron").train()
+        self.x, self.y = x.to("neuron"), y.to("neuron")
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
+        self.fwd = torch.compile(self.model, backend="neuron") if mode == "compile" else self.model
+        self.times: list[float] = []
+        self.peaks: list[int] = []
+        self.losses: list[float] = []
+
+    def step(self, timed: bool) -> None:
+        with torchneuron.execution_mode("adaptive" if self.mode == "adaptive" else "eager"):
+            torch.neuron.synchronize()
+            base = torch.neuron.memory_allocated()
+            torch.neuron.reset_peak_memory_stats()
             t0 = time.perf_counter()
-            opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(fwd(xd).flatten(0, 1), yd.flatten())
+            self.opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(self.fwd(self.x).flatten(0, 1), self.y.flatten())
             loss.backward()
-            opt.step()
-            losses.append(loss.item())
-            times.append(time.perf_counter() - t0)
-        compiled_after_warmup = adaptive.get_metrics()["windows_compiled"] - compiled_after_warmup
-    peak = torch.neuron.max_memory_allocated()
-    return statistics.median(times[warmup:]), peak, losses, compiled_after_warmup
+            self.opt.step()
+            self.losses.append(loss.item())
+            if timed:
+                self.times.append(time.perf_counter() - t0)
+                self.peaks.append(torch.neuron.max_memory_allocated() - base)
 
 
 def main() -> None:
@@ -69,16 +73,29 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads; GPT-2-style LM "
           f"(4x256, seq {seq}, batch 4), AdamW; median of {args.steps} steps after {args.warmup} warm-up")
     adaptive.reset_metrics()
-    res = {mode: run(mode, model, x, y, args.steps, args.warmup) for mode in ("eager", "adaptive", "compile")}
-    for mode, (t, peak, losses, _) in res.items():
-        print(f"{mode:9} {t * 1e3:8.1f} ms/step   peak {peak / 2**20:7.1f} MiB   final loss {losses[-1]:.5f}")
-    e, a, c = (res[m][0] for m in ("eager", "adaptive", "compile"))
+    trainers = {mode: Trainer(mode, model, x, y) for mode in ("eager", "adaptive", "compile")}
+    for _ in range(args.warmup):
+        for t in trainers.values():
+            t.step(timed=False)
+    compiled_before = adaptive.get_metrics()["windows_compiled"]
+    for _ in range(args.steps):  # interleaved, so that load on the machine hits all modes alike
+        for t in trainers.values():
+            t.step(timed=True)
+    compiled_after = adaptive.get_metrics()["windows_compiled"] - compiled_before
+    med = {m: statistics.median(t.times) for m, t in trainers.items()}
+    peak = {m: max(t.peaks) for m, t in trainers.items()}
+    for m, t in trainers.items():
+        print(f"{m:9} {med[m] * 1e3:8.1f} ms/step   step peak {peak[m] / 2**20:7.1f} MiB above the "
+              f"resting state   final loss {t.losses[-1]:.5f}")
+    e, a, c = med["eager"], med["adaptive"], med["compile"]
     print(f"eager / adaptive   {e / a:5.2f}  (goal >= 1.5)")
     print(f"adaptive / compile {a / c:5.2f}  (goal <= 1.3)")
-    print(f"peak memory adaptive / eager {res['adaptive'][1] / res['eager'][1]:.3f}  (goal <= 1.0)")
-    print(f"windows compiled after warm-up: {res['adaptive'][3]}  (goal 0)")
-    worst = max(abs(la - le) / abs(le) for la, le in zip(res["adaptive"][2], res["eager"][2], strict=True))
-    print(f"largest relative loss difference adaptive vs eager over {len(res['eager'][2])} steps: {worst:.2e}")
+    print(f"step peak memory adaptive / eager {peak['adaptive'] / peak['eager']:.3f}  (goal <= 1.0); "
+          f"compile / eager {peak['compile'] / peak['eager']:.3f}")
+    print(f"windows compiled after warm-up: {compiled_after}  (goal 0)")
+    le, la = trainers["eager"].losses, trainers["adaptive"].losses
+    worst = max(abs(b - a) / abs(a) for a, b in zip(le, la, strict=True))
+    print(f"largest relative loss difference adaptive vs eager over {len(le)} steps: {worst:.2e}")
     m = adaptive.get_metrics()
     print("adaptive metrics:", {k: v for k, v in m.items() if k not in ("failures",)})
 
