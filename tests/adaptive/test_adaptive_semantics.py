@@ -224,3 +224,17 @@ def test_out_of_memory_while_recording(adaptive_mode, small_hbm):
     with pytest.raises(torch.OutOfMemoryError):
         x.expand(64, 1024, 1024).contiguous()
     assert (x + 1).sum().item() == 2048.0
+
+
+def test_a_float_that_changes_between_runs_becomes_an_input(adaptive_mode):
+    adaptive.CACHE.clear()
+    x = torch.randn(64).to("neuron")
+    outs = []
+    for scale in (0.5, 0.25, 0.125, 2.0):
+        outs.append((x.mul(scale).add_(1.5) * 3).cpu())  # 3 and 1.5 stay constants
+    for scale, out in zip((0.5, 0.25, 0.125, 2.0), outs, strict=True):
+        torch.testing.assert_close(out, (x.cpu() * scale + 1.5) * 3)
+    m = adaptive.get_metrics()
+    # first value: compiled as is; second: compiled with the scale lifted; then only hits
+    assert m["windows_compiled"] == 2 and m["windows_lifted"] == 1
+    assert m["windows_fused"] == 4 and m["windows_replayed"] == 0

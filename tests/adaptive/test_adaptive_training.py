@@ -56,3 +56,43 @@ def test_adamw_steady_state_compiles_nothing():
     losses, _, compiled = _train(make("transformer"), "transformer", "adaptive", steps=6)
     assert compiled[-1] == compiled[1], compiled
     assert losses[-1] < losses[0]
+
+
+@pytest.mark.parametrize("opt", ["adamw", "sgd-schedule"])
+def test_optimizer_floats_are_lifted_so_the_step_stays_fused(opt):
+    # AdamW's bias corrections and a scheduled learning rate change every step: the optimizer
+    # window is compiled once with those floats as inputs, never recompiled nor replayed
+    torch.manual_seed(0)
+    base = make("mlp")
+
+    def run(mode):
+        model = copy.deepcopy(base).to("neuron")
+        if opt == "adamw":
+            o = torch.optim.AdamW(model.parameters(), lr=1e-2)
+            sched = None
+        else:
+            o = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+            sched = torch.optim.lr_scheduler.StepLR(o, step_size=1, gamma=0.7)
+        losses, compiled = [], []
+        with torchneuron.execution_mode(mode):
+            for x, y in batches("mlp", 8):
+                o.zero_grad(set_to_none=True)
+                loss = loss_fn("mlp", model(x.to("neuron")), y.to("neuron"))
+                loss.backward()
+                o.step()
+                if sched is not None:
+                    sched.step()
+                losses.append(loss.item())
+                compiled.append(adaptive.get_metrics()["windows_compiled"])
+        return losses, model, compiled
+
+    eager_losses, eager_model, _ = run("eager")
+    adaptive.reset_metrics()
+    adaptive.CACHE.clear()  # earlier tests may have compiled the same windows
+    lazy_losses, lazy_model, compiled = run("adaptive")
+    torch.testing.assert_close(torch.tensor(lazy_losses), torch.tensor(eager_losses), rtol=1e-5, atol=1e-6)
+    for pe, pl in zip(eager_model.parameters(), lazy_model.parameters(), strict=True):
+        torch.testing.assert_close(pl.detach().cpu(), pe.detach().cpu(), rtol=1e-5, atol=1e-6)
+    m = adaptive.get_metrics()
+    assert compiled[-1] == compiled[1], compiled
+    assert m["windows_lifted"] >= 1 and m["windows_replayed"] == 0 and m["windows_varying_floats"] == 0, m

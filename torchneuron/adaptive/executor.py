@@ -29,7 +29,7 @@ from torch._C._profiler import symbolize_tracebacks
 from ..compiler.executable import results_into_destinations
 from ..runtime import errors
 from ..runtime.storage import _flat, host
-from . import metrics
+from . import lifting, metrics
 from .window import Ref, Window
 
 _NON_FUSABLE = object()
@@ -38,10 +38,12 @@ _MAX_FLOAT_VARIANTS = 1
 
 class WindowCache:
     def __init__(self) -> None:
-        self.entries: dict[tuple, object] = {}
+        self.entries: dict[tuple, dict] = {}  # structure → {float values → program}
+        self.lifted: dict[tuple, tuple] = {}  # structure → (lifted positions, program, attempts)
 
     def clear(self) -> None:
         self.entries.clear()
+        self.lifted.clear()
 
 
 CACHE = WindowCache()
@@ -130,6 +132,35 @@ class _LazyStack(list):
         return super().__getitem__(i)
 
 
+_MAX_LIFT_ATTEMPTS = 2
+
+
+def _lifted(w: Window, structure: tuple, floats: tuple, seen: tuple, live) -> tuple[object, list]:
+    """The program of ``structure`` with its varying floats as inputs, and those inputs."""
+    varying = {i for i, (a, b) in enumerate(zip(floats, seen, strict=True)) if a != b}
+    positions, entry, attempts = CACHE.lifted.get(structure, (frozenset(), None, 0))
+    if entry is None or not varying <= positions:
+        if attempts >= _MAX_LIFT_ATTEMPTS:
+            metrics.count("windows_varying_floats")
+            return _NON_FUSABLE, []
+        positions = frozenset(positions | varying)
+        try:
+            gm = lifting.build_lifted_graph(w, [o.value for o in live], set(positions))
+            inputs = lifting.float_inputs([floats[i] for i in sorted(positions)])
+            entry = _compile(gm, [*w.placeholders, *inputs])
+            metrics.count("windows_compiled")
+            metrics.count("windows_lifted")
+        except Exception as err:  # noqa: BLE001 - it runs op by op instead
+            entry = _NON_FUSABLE
+            metrics.note_failure(f"lifting floats: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
+        CACHE.lifted[structure] = (positions, entry, attempts + 1)
+    if entry is _NON_FUSABLE:
+        metrics.count("windows_varying_floats")
+        return _NON_FUSABLE, []
+    metrics.count("window_cache_hits")
+    return entry, lifting.float_inputs([floats[i] for i in sorted(positions)])
+
+
 def _checks_pass(w: Window) -> bool:
     for c in w.checks:
         h = host(c.index)
@@ -156,13 +187,19 @@ def run_window(w: Window, reason: str) -> None:
         variants = CACHE.entries[structure] = {}
     floats = tuple(w.floats)
     entry = variants.get(floats)
+    extra: list[torch.Tensor] = []
     gm = None
-    if entry is None:
+    if entry is None and not variants and structure not in CACHE.lifted:
+        eager_lift = lifting.optimizer_floats(w)
+        if eager_lift:
+            CACHE.lifted[structure] = (frozenset(eager_lift), None, 0)
+    if entry is None and structure in CACHE.lifted:
+        entry, extra = _lifted(w, structure, floats, floats, live)
+    elif entry is None:
         if len(variants) >= _MAX_FLOAT_VARIANTS:
-            # the same program with ever new float arguments (an optimizer's bias correction):
-            # compiling each would cost more than it saves; it runs op by op
-            entry = _NON_FUSABLE
-            metrics.count("windows_varying_floats")
+            # the same program with new float arguments (an optimizer's bias correction): the
+            # floats that vary become inputs of one program (lifting.py), else it runs op by op
+            entry, extra = _lifted(w, structure, floats, next(iter(variants)), live)
         else:
             gm = build_graph(w, [o.value for o in live])
             try:
@@ -179,10 +216,13 @@ def run_window(w: Window, reason: str) -> None:
     if entry is not _NON_FUSABLE and (not w.checks or _checks_pass(w)):
         try:
             with torch.no_grad(), results_into_destinations():
-                results = entry(*w.placeholders)
+                results = entry(*w.placeholders, *extra)
             metrics.count("windows_fused")
         except Exception as err:  # noqa: BLE001
-            variants[floats] = _NON_FUSABLE
+            if extra:
+                CACHE.lifted[structure] = (CACHE.lifted[structure][0], _NON_FUSABLE, 99)
+            else:
+                variants[floats] = _NON_FUSABLE
             metrics.count("windows_non_fusable")
             metrics.note_failure(f"run: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
             warnings.warn(f"torchneuron adaptive eager: a fused window failed to run and is replayed "

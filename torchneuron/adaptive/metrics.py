@@ -33,13 +33,13 @@ def get_metrics() -> dict:
     ``ops_recorded``, ``views_recorded``, ``ops_not_recordable`` (ran eagerly), ``windows``
     (flushed), ``windows_dead`` (no live result: nothing ran), ``windows_compiled`` (a new
     signature compiled), ``window_cache_hits``, ``windows_fused`` (ran compiled),
-    ``windows_replayed`` (ran op by op), ``windows_non_fusable``, ``windows_varying_floats`` (replayed: a program seen with ever new
-    float arguments); ``flush_reasons``; ``not_recorded`` (the ops that ran eagerly and why); the first
+    ``windows_replayed`` (ran op by op), ``windows_non_fusable``, ``windows_lifted`` (compiled with varying floats as inputs),
+    ``windows_varying_floats`` (replayed: floats vary and could not be lifted); ``flush_reasons``; ``not_recorded`` (the ops that ran eagerly and why); the first
     ``failures`` (why a window could not be fused)."""
     out = {k: _counts.get(k, 0) for k in (
         "ops_recorded", "views_recorded", "ops_not_recordable", "windows", "windows_dead",
         "windows_compiled", "window_cache_hits", "windows_fused", "windows_replayed",
-        "windows_non_fusable", "windows_varying_floats")}
+        "windows_non_fusable", "windows_lifted", "windows_varying_floats")}
     out["flush_reasons"] = dict(_reasons)
     out["failures"] = list(_failures)
     out["not_recorded"] = dict(_eager.most_common(20))

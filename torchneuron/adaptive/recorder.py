@@ -83,9 +83,11 @@ class Recorder:
             return _NOT
         with self.lock:
             w = self.window
+            n_floats = len(w.floats)
             try:
                 result = self._record(w, op, kind, args, kwargs)
             except NotRecordable as why:
+                del w.floats[n_floats:]  # the floats of recorded nodes only, in node order
                 metrics.count("ops_not_recordable")
                 metrics.note_eager(f"{op._schema.name}: {why}")
                 return _NOT
@@ -106,10 +108,12 @@ class Recorder:
             # placeholder): the fused program then reads the source, e.g. a weight, in place
             # instead of a strided copy of it
             sig: list = []
+            n_floats = len(w.floats)
             try:
                 targs = tuple(w.template(a, sig, []) for a in args)
                 tkw = {k: w.template(v, sig, []) for k, v in kwargs.items()}
             except NotRecordable:
+                del w.floats[n_floats:]
                 return
             single = not isinstance(out, (list, tuple))
             w.add_node(op, targs, tkw, sig, (out,) if single else list(out), single, is_view=True)
