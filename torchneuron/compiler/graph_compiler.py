@@ -10,6 +10,7 @@ ordinary ``GraphModule`` whose eager nodes run on the device's kernels.
 from __future__ import annotations
 
 import itertools
+import operator
 import time
 import warnings
 
@@ -29,7 +30,7 @@ from .executable import (
     compiler_version,
 )
 from .lowering import LoweringError, first_failing_node, lower, source_location
-from .partition import REGION_PREFIX, partition
+from .partition import REGION_PREFIX, partition, split_by_names
 from .passes import (
     drop_unused_placeholders,
     fill_default_strides,
@@ -59,7 +60,7 @@ class CompiledRegion(torch.nn.Module):
             return
         t0 = time.perf_counter()
         try:
-            lowered = lower(sub)
+            lowered = lower(sub, isolate=True)
         except LoweringError as err:
             bad = first_failing_node(sub)
             raise NeuronCompilationError(
@@ -119,6 +120,38 @@ class CompiledRegion(torch.nn.Module):
         return self._recipe.restore(args, computed)
 
 
+_MAX_SPLIT_DEPTH = 10
+
+
+def _compile_or_split(name: str, sub: fx.GraphModule, record: metrics.GraphRecord, dump: GraphDump,
+                      depth: int = 0) -> torch.nn.Module:
+    """A compiled region; if the region fails to lower or compile as a whole although each of
+    its nodes lowers on its own (torch-mlir and IREE have combination bugs, and IREE rejects
+    some ops only after lowering), its nodes are split in two halves, each compiled (or split
+    again) on its own; what still fails runs eagerly on the device, as a plain graph."""
+    try:
+        # on a copy: CompiledRegion rewrites its graph's inputs and outputs before lowering
+        return CompiledRegion(name, _copy(sub), record, dump)
+    except NeuronCompilationError as err:
+        nodes = [n for n in sub.graph.nodes if n.op == "call_function" and n.target is not operator.getitem]
+        record.split_regions += 1
+        dump.write(f"{name}.split.log", f"{err}\n")
+        if len(nodes) <= 1 or depth >= _MAX_SPLIT_DEPTH:
+            record.eager_after_split += len(nodes)
+            metrics.count("eager_after_split", len(nodes))
+            return sub
+        half = len(nodes) // 2
+        work = _copy(sub)
+        for part in (range(half), range(half, len(nodes))):
+            names = {nodes[i].name for i in part}
+            work = split_by_names(work, names, prefix=f"{REGION_PREFIX}h{part.start}_")
+        for child, mod in list(work.named_children()):
+            if child.startswith(REGION_PREFIX) and isinstance(mod, fx.GraphModule):
+                setattr(work, child, _compile_or_split(f"{name}.{child}", mod, record, dump, depth + 1))
+        work.recompile()
+        return work
+
+
 def _first_location(log: str) -> str | None:
     for line in log.splitlines():
         if "error:" in line:
@@ -148,7 +181,9 @@ def compile_graph(gm: fx.GraphModule, kind: str, options: CompileOptions):
         record.pass_seconds += time.perf_counter() - t0
         for name, sub in list(outer.named_children()):
             if name.startswith(REGION_PREFIX) and isinstance(sub, fx.GraphModule):
-                setattr(outer, name, CompiledRegion(name, sub, record, dump))
+                region = _compile_or_split(name, sub, record, dump) if options.partition \
+                    else CompiledRegion(name, sub, record, dump)
+                setattr(outer, name, region)
     except Exception as err:
         if not options.fallback:
             if isinstance(err, NeuronCompilationError):

@@ -12,8 +12,14 @@ that node alone lowers to StableHLO. Answers are cached per (op, input dtypes, o
 from __future__ import annotations
 
 import operator
+import os
+import pickle
 import re
+import resource
+import select
+import signal
 import threading
+import time
 from dataclasses import dataclass
 
 import torch
@@ -34,13 +40,13 @@ class Lowered:
     text_with_locations: str
 
 
-def lower(gm: fx.GraphModule, name: str = "main") -> Lowered:
-    """StableHLO for ``gm`` (whose device arguments are rewritten in place, see passes)."""
-    from torch_mlir import fx as mlir_fx
-    from torch_mlir import ir
-    from torch_mlir.dialects import torch as torch_d
-    from torch_mlir.extras.fx_importer import FxImporter
+def lower(gm: fx.GraphModule, name: str = "main", isolate: bool = False) -> Lowered:
+    """StableHLO for ``gm`` (whose device arguments are rewritten in place, see passes).
 
+    ``isolate=True`` (compiled regions): torch-mlir runs in a forked child process with a
+    memory and time budget, so that a crash, a hang or a memory blow-up in its pass pipeline
+    (seen on some transformer backward graphs: 20 GB and growing) becomes a ``LoweringError``
+    instead of taking the user's process down."""
     for node in gm.graph.nodes:
         if node.op == "call_function" and crashes_lowering(node):
             raise LoweringError(
@@ -48,6 +54,17 @@ def lower(gm: fx.GraphModule, name: str = "main") -> Lowered:
                 "crashes or hangs on such graphs, so the op runs eagerly"
             )
     strip_device_args(gm)
+    if isolate and _isolation_enabled():
+        return _lower_in_child(gm, name)
+    return _lower_here(gm, name)
+
+
+def _lower_here(gm: fx.GraphModule, name: str) -> Lowered:
+    from torch_mlir import fx as mlir_fx
+    from torch_mlir import ir
+    from torch_mlir.dialects import torch as torch_d
+    from torch_mlir.extras.fx_importer import FxImporter
+
     # MLIR diagnostics are collected (and reported in the error) instead of printed
     diagnostics: list[str] = []
     context = ir.Context()
@@ -66,6 +83,67 @@ def lower(gm: fx.GraphModule, name: str = "main") -> Lowered:
         left = sorted(set(re.findall(r"torch\.[a-z_]+\.[A-Za-z0-9_.]+", text)))
         raise LoweringError(f"torch ops left after lowering to StableHLO: {', '.join(left[:5])}")
     return Lowered(text, op.get_asm(enable_debug_info=True))
+
+
+def _isolation_enabled() -> bool:
+    return os.environ.get("TORCHNEURON_LOWERING_ISOLATION", "1") not in ("0", "false", "False") \
+        and hasattr(os, "fork")
+
+
+def _budget() -> tuple[float, int]:
+    seconds = float(os.environ.get("TORCHNEURON_LOWERING_TIMEOUT", "300"))
+    gib = float(os.environ.get("TORCHNEURON_LOWERING_MEMORY_GIB", "8"))
+    return seconds, int(gib * 2**30)
+
+
+def _lower_in_child(gm: fx.GraphModule, name: str) -> Lowered:
+    seconds, extra = _budget()
+    with open("/proc/self/statm") as f:  # the child may grow its address space by ``extra``
+        vm = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: lower, send the result, leave without running any cleanup
+        code = 0
+        try:
+            os.close(r)
+            resource.setrlimit(resource.RLIMIT_AS, (vm + extra, vm + extra))
+            try:
+                payload = pickle.dumps(("ok", _lower_here(gm, name)))
+            except LoweringError as err:
+                payload = pickle.dumps(("error", str(err)))
+            except MemoryError:
+                payload = pickle.dumps(("error", "torch-mlir ran out of its memory budget"))
+            with os.fdopen(w, "wb") as out:
+                out.write(payload)
+        except BaseException:  # noqa: BLE001 - the parent reports a missing result
+            code = 1
+        os._exit(code)
+    os.close(w)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + seconds
+    with os.fdopen(r, "rb") as inp:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([inp], [], [], left)[0]:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                raise LoweringError(f"torch-mlir did not finish lowering within {seconds:.0f} s "
+                                    "(TORCHNEURON_LOWERING_TIMEOUT)")
+            chunk = os.read(inp.fileno(), 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    _, status = os.waitpid(pid, 0)
+    if not chunks:
+        if os.WIFSIGNALED(status):
+            why = signal.Signals(os.WTERMSIG(status)).name
+            raise LoweringError(f"torch-mlir crashed while lowering ({why}; memory budget "
+                                f"{extra / 2**30:.0f} GiB, TORCHNEURON_LOWERING_MEMORY_GIB)")
+        raise LoweringError(f"torch-mlir's lowering process exited with status {os.WEXITSTATUS(status)}")
+    kind, value = pickle.loads(b"".join(chunks))
+    if kind == "error":
+        raise LoweringError(value)
+    return value
 
 
 def _summarise(message: str) -> str:

@@ -22,12 +22,14 @@ class GraphRecord:
     cache_hits: int = 0
     cache_misses: int = 0
     fallback: bool = False
+    split_regions: int = 0  # regions that failed as a whole and were split in halves
+    eager_after_split: int = 0  # nodes left eager because they failed even on their own
     placement: dict[str, str] = field(default_factory=dict)  # node name -> "compiled:region" | "eager"
 
 
 _graphs: dict[str, GraphRecord] = {}
 _totals = {"graphs_compiled": 0, "cache_hits": 0, "cache_misses": 0, "compile_seconds": 0.0,
-           "fallbacks": 0, "corrupt_cache_entries": 0}
+           "fallbacks": 0, "corrupt_cache_entries": 0, "eager_after_split": 0}
 
 
 def new_graph(graph_id: str, kind: str) -> GraphRecord:

@@ -85,6 +85,25 @@ def partition(gm: fx.GraphModule, *, enabled: bool = True) -> tuple[fx.GraphModu
     return outer, placement
 
 
+class _Named(OperatorSupportBase):
+    def __init__(self, names: set[str]):
+        self.names = names
+
+    def is_node_supported(self, submodules, node: fx.Node) -> bool:
+        if node.op != "call_function":
+            return False
+        if node.target is operator.getitem:
+            src = node.args[0]
+            return isinstance(src, fx.Node) and src.name in self.names
+        return node.name in self.names
+
+
+def split_by_names(gm: fx.GraphModule, names: set[str], prefix: str) -> fx.GraphModule:
+    """``gm`` with the nodes named in ``names`` fused into ``<prefix><n>`` submodules."""
+    partitioner = CapabilityBasedPartitioner(gm, _Named(names), allows_single_node_partition=True)
+    return partitioner.fuse_partitions(partitioner.propose_partitions(), prefix=prefix)
+
+
 def _whole_graph_region(gm: fx.GraphModule) -> fx.GraphModule:
     from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
