@@ -11,6 +11,7 @@ that node alone lowers to StableHLO. Answers are cached per (op, input dtypes, o
 
 from __future__ import annotations
 
+import faulthandler
 import operator
 import os
 import pickle
@@ -106,6 +107,7 @@ def _lower_in_child(gm: fx.GraphModule, name: str) -> Lowered:
         code = 0
         try:
             os.close(r)
+            faulthandler.disable()  # a crash here is reported by the parent, not dumped twice
             resource.setrlimit(resource.RLIMIT_AS, (vm + extra, vm + extra))
             try:
                 payload = pickle.dumps(("ok", _lower_here(gm, name)))
