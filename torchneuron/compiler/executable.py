@@ -32,6 +32,7 @@ BASE_FLAGS = ("--iree-llvmcpu-target-cpu=host", "--iree-global-opt-use-im2col-fo
 DEMOTE_FLAGS = ("--iree-input-demote-f64-to-f32", "--iree-input-demote-i64-to-i32")
 _NARROW = {torch.float64: torch.float32, torch.int64: torch.int32}
 _DLPACK_CPU = 1
+_ALIGNMENT = 64
 
 
 def compiler_version() -> str:
@@ -155,6 +156,8 @@ class Executable:
                 h = h.to(cast)
             if not h.is_contiguous():
                 h = h.contiguous()
+            elif h.data_ptr() % _ALIGNMENT:
+                h = h.clone()  # IREE imports host buffers aligned to 64 bytes only (a view's offset)
             keep.append(h)
             args.push_ref(device.from_dlpack_capsule(to_dlpack(h)))
         results = ir.VmVariantList(len(self._out_dtypes))

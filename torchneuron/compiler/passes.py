@@ -2,7 +2,8 @@
 
 * **Decompositions** — AOTAutograd traces with :data:`DECOMPOSITIONS`: PyTorch's core ATen
   decompositions as torch-mlir expects them, plus the overloads torch-mlir does not legalise
-  itself (``aten.squeeze.dims``). Functionalisation is AOTAutograd's own.
+  itself (``aten.squeeze.dims``), plus per-tensor forms of the ``_foreach_*`` ops
+  (``foreach.py``). Functionalisation is AOTAutograd's own.
 * **Random ops** — operators tagged ``nondeterministic_seeded`` (``rand_like`` from dropout,
   ``bernoulli``, ``randn`` …) are never compiled: they stay outside compiled regions, run on the
   device's eager kernels and so draw from the device generator (``torch.neuron.manual_seed``),
@@ -40,8 +41,11 @@ def decompositions() -> dict:
     from torch._decomp import get_decompositions
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
+    from .foreach import foreach_decompositions
+
     table = dict(get_decomposition_table())
     table.update(get_decompositions(EXTRA_DECOMPOSED))
+    table.update(foreach_decompositions())
     return table
 
 
