@@ -238,3 +238,12 @@ def test_a_float_that_changes_between_runs_becomes_an_input(adaptive_mode):
     # first value: compiled as is; second: compiled with the scale lifted; then only hits
     assert m["windows_compiled"] == 2 and m["windows_lifted"] == 1
     assert m["windows_fused"] == 4 and m["windows_replayed"] == 0
+
+
+def test_recorded_ops_count_as_executed_on_the_device(adaptive_mode):
+    torchneuron.clear_op_tracking()
+    x = torch.randn(8).to("neuron")
+    y = (x.exp() * 2).cpu()
+    assert y.shape == (8,)
+    executed = torchneuron.get_executed_ops()
+    assert executed.get("aten::exp", 0) >= 1 and executed.get("aten::mul.Tensor", 0) >= 1, executed

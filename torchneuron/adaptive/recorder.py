@@ -16,6 +16,7 @@ import threading
 
 import torch
 
+from ..ops import tracking
 from ..ops.opinfo import RANDOM, facts
 from ..runtime import lazy
 from . import metrics
@@ -138,6 +139,7 @@ class Recorder:
         if check is not None:
             self._index_check(w, f.name, check, args, targs)
         meta = self._meta_result(op, targs, tkw, tuple(mkey), w, kind)
+        tracking.executed(f.qualified)  # it runs on the device, fused or replayed
         if kind == FUNCTIONAL:
             single = not isinstance(meta, (list, tuple))
             metas = (meta,) if single else meta
