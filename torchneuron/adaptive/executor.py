@@ -57,13 +57,24 @@ def _fx_args(a, env):
     return a
 
 
-def build_graph(w: Window, live: list[int]) -> fx.GraphModule:
+def build_graph(w: Window, live: list[int], lifted: set[int] | None = None) -> fx.GraphModule:
+    """The window as an FX graph: placeholders for its memory from before, its ops in launch
+    order, the values ``live`` as outputs. ``lifted`` (indices into ``w.floats``): those floats
+    become further placeholders, after the window's own (see ``lifting.py``)."""
+    by_node = lifting.lift_sites(w, lifted) if lifted else {}
     g = fx.Graph()
     env: dict[int, fx.Node] = {}
     for i, v in enumerate(w.ph_values):
         env[v] = g.placeholder(f"p{i}")
+    floats = {i: g.placeholder(f"f{i}") for i in sorted(lifted or ())}
     for k, n in enumerate(w.nodes):
-        node = g.call_function(n.op, _fx_args(n.args, env), {k2: _fx_args(v, env) for k2, v in n.kwargs.items()})
+        args = _fx_args(n.args, env)
+        kwargs = {k2: _fx_args(v, env) for k2, v in n.kwargs.items()}
+        mine = by_node.get(k)
+        if mine:
+            node = lifting.emit(g, n.op, args, kwargs, {p: floats[i] for p, i in mine.items()})
+        else:
+            node = g.call_function(n.op, args, kwargs)
         node.meta["window_index"] = k
         if n.single:
             if n.outs and n.outs[0] is not None:
@@ -145,7 +156,7 @@ def _lifted(w: Window, structure: tuple, floats: tuple, seen: tuple, live) -> tu
             return _NON_FUSABLE, []
         positions = frozenset(positions | varying)
         try:
-            gm = lifting.build_lifted_graph(w, [o.value for o in live], set(positions))
+            gm = build_graph(w, [o.value for o in live], set(positions))
             inputs = lifting.float_inputs([floats[i] for i in sorted(positions)])
             entry = _compile(gm, [*w.placeholders, *inputs])
             metrics.count("windows_compiled")
@@ -220,7 +231,7 @@ def run_window(w: Window, reason: str) -> None:
             metrics.count("windows_fused")
         except Exception as err:  # noqa: BLE001
             if extra:
-                CACHE.lifted[structure] = (CACHE.lifted[structure][0], _NON_FUSABLE, 99)
+                CACHE.lifted[structure] = (CACHE.lifted[structure][0], _NON_FUSABLE, _MAX_LIFT_ATTEMPTS)
             else:
                 variants[floats] = _NON_FUSABLE
             metrics.count("windows_non_fusable")

@@ -21,8 +21,6 @@ rules are not lifted: the window then runs op by op.
 
 from __future__ import annotations
 
-import operator
-
 import torch
 import torch.fx as fx
 
@@ -131,11 +129,9 @@ def emit(g: fx.Graph, op, args: tuple, kwargs: dict, lifted: dict) -> fx.Node:
     return g.call_function(target, _replace(args, (pos,), node), kwargs)
 
 
-def build_lifted_graph(w: Window, live: list[int], positions: set[int]) -> fx.GraphModule:
-    """Like ``executor.build_graph``, with the floats at ``positions`` (indices into
-    ``w.floats``) as extra placeholders after the window's own."""
-    from .executor import _fx_args
-
+def lift_sites(w: Window, positions: set[int]) -> dict[int, dict[tuple, int]]:
+    """For the floats at ``positions`` (indices into ``w.floats``): node index → {argument
+    path → float index}, for ``executor.build_graph``."""
     sites = float_sites(w)
     if len(sites) != len(w.floats):
         raise CannotLift("float bookkeeping out of step")
@@ -143,28 +139,7 @@ def build_lifted_graph(w: Window, live: list[int], positions: set[int]) -> fx.Gr
     for i in sorted(positions):
         k, path = sites[i]
         by_node.setdefault(k, {})[path] = i
-    g = fx.Graph()
-    env: dict[int, fx.Node] = {}
-    for i, v in enumerate(w.ph_values):
-        env[v] = g.placeholder(f"p{i}")
-    fl = {i: g.placeholder(f"f{i}") for i in sorted(positions)}
-    for k, n in enumerate(w.nodes):
-        args = _fx_args(n.args, env)
-        kwargs = {k2: _fx_args(v, env) for k2, v in n.kwargs.items()}
-        mine = by_node.get(k)
-        if mine:
-            node = emit(g, n.op, args, kwargs, {p: fl[i] for p, i in mine.items()})
-        else:
-            node = g.call_function(n.op, args, kwargs)
-        if n.single:
-            if n.outs and n.outs[0] is not None:
-                env[n.outs[0]] = node
-        else:
-            for j, v in enumerate(n.outs):
-                if v is not None:
-                    env[v] = g.call_function(operator.getitem, (node, j))
-    g.output(tuple(env[v] for v in live))
-    return fx.GraphModule(torch.nn.Module(), g)
+    return by_node
 
 
 def optimizer_floats(w: Window) -> set[int]:

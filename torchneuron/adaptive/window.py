@@ -32,7 +32,7 @@ from torch._C._profiler import gather_traceback
 from ..runtime.storage import _BLOCK
 
 _Tensor = torch.Tensor
-_SCALARS = (int, float, bool, str, complex, type(None), torch.dtype, torch.device, torch.memory_format, torch.layout)
+_SCALARS = (int, bool, str, complex, type(None), torch.dtype, torch.device, torch.memory_format, torch.layout)
 
 
 class NotRecordable(Exception):
@@ -111,9 +111,6 @@ class Window:
         self.floats: list[float] = []
         self.random = False
 
-    def __len__(self) -> int:
-        return len(self.nodes)
-
     # ---- values ------------------------------------------------------------------------------
     def _use(self, t: _Tensor) -> tuple[tuple, BlockUse | None, object]:
         block = t.untyped_storage().__dict__.get(_BLOCK)
@@ -127,10 +124,6 @@ class Window:
             del self.blocks[bid]
             use = None
         return (bid, t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype), use, block
-
-    def lookup(self, t: _Tensor) -> int | None:
-        key, use, _ = self._use(t)
-        return self.by_key.get(key) if use is not None else None
 
     def ref(self, t: _Tensor) -> int:
         """The value ``t`` stands for, adding a placeholder for memory the window has not used."""
@@ -155,15 +148,10 @@ class Window:
         return v
 
     def _bind(self, t: _Tensor, v: int, produced: bool) -> None:
+        # (a block id reused after its block died was already forgotten by ``_use``)
         key, use, block = self._use(t)
         if use is None:
             use = self.blocks[key[0]] = BlockUse(weakref.ref(block), produced=produced)
-        elif produced:
-            # fresh memory at the address of a block that died: forget what was known of it
-            for k in use.keys:
-                self.by_key.pop(k, None)
-            use.keys.clear()
-            use.produced, use.written = True, False
         self.by_key[key] = v
         use.keys.append(key)
 
