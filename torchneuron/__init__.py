@@ -86,8 +86,12 @@ def _register() -> None:
         from . import device as neuron_module
 
         if current == "privateuseone":
+            hooks = _Hooks()
+            from . import native  # C++ hooks around `hooks` (pinned memory, storage resize)
+
+            native.install(hooks)  # before the Python hooks: one registration per process
             _setup_privateuseone_for_python_backend(
-                "neuron", backend_module=neuron_module, hook=_Hooks(), device_guard=_Guard()
+                "neuron", backend_module=neuron_module, hook=hooks, device_guard=_Guard()
             )
         from .ops import registry  # kernels refer to the `neuron` device: import after renaming
 

@@ -5,11 +5,6 @@ from __future__ import annotations
 import pytest
 from _launch import launch
 
-PINNED = (
-    "DDP's Reducer copies the used-parameter map through a pinned CPU tensor for PrivateUse1 "
-    "devices; torchneuron's PrivateUse1 hooks (Python) cannot provide getPinnedMemoryAllocator"
-)
-
 
 @pytest.fixture(scope="module")
 def ranks():
@@ -22,8 +17,8 @@ def ranks():
         "ddp_basic",
         "ddp_small_buckets",
         "ddp_no_sync",
-        pytest.param("ddp_find_unused", marks=pytest.mark.xfail(reason=PINNED, strict=True)),
-        pytest.param("ddp_static_graph", marks=pytest.mark.xfail(reason=PINNED, strict=True)),
+        "ddp_find_unused",
+        "ddp_static_graph",
     ],
 )
 def test_ddp_matches_reference(ranks, name):

@@ -1,4 +1,4 @@
-"""FSDP2 on neuron: blocked (see docs/distributed.md), kept as a strict xfail in the slow set."""
+"""FSDP2 on neuron matches a single-process reference (needs the native storage-resize hook)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,6 @@ from _launch import launch
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="FSDP2 frees/reallocates unsharded parameters with untyped_storage().resize_(), "
-    "which needs PrivateUse1HooksInterface::resizePrivateUse1Bytes; the Python hooks cannot "
-    "provide it",
-)
 def test_fully_shard_matches_reference():
     ranks = launch("fsdp", 2, timeout=240)
     for r in ranks:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 import zlib
 from datetime import timedelta
 
@@ -470,8 +471,29 @@ def _done(results):
     return NeuronWork(fut)
 
 
+_warned_native = False
+
+
+def _warn_without_native_hooks() -> None:
+    global _warned_native
+    from .. import native
+
+    if _warned_native or native.available():
+        return
+    _warned_native = True
+    warnings.warn(
+        "neuron backend: " + native.missing_message(
+            "DDP with find_unused_parameters=True or static_graph=True, FSDP2 (fully_shard) "
+            "and pin_memory=True"
+        ),
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
 def create_backend(opts, backend_options=None) -> NeuronBackend:
     """The c10d creator (``extended_api=True``): one backend per process group."""
+    _warn_without_native_hooks()
     return NeuronBackend(
         opts.store,
         opts.group_rank,
