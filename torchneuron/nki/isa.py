@@ -123,12 +123,12 @@ def _vector_operand(instr: str, x: Any, p: int, what: str) -> Any:
             raise NKIRuleError("operand-shape", instr, f"{what} must be a scalar or a [P, 1] tile")
         return x
     _check_compute_operand(instr, x, what)
-    check(
-        x.partition_size in (p, 1) and x.free_size == 1,
-        "operand-shape",
-        instr,
-        f"{what} {x.name}{list(x.shape)} must be a scalar or one value per partition ([{p}, 1])",
-    )
+    if not (x.partition_size in (p, 1) and x.free_size == 1):
+        raise NKIRuleError(
+            "operand-shape",
+            instr,
+            f"{what} {x.name}{list(x.shape)} must be a scalar or one value per partition ([{p}, 1])",
+        )
     v = x.read(instr).reshape(x.partition_size, *([1] * 1))
     return v
 
@@ -142,13 +142,13 @@ def _bcast_vec(v: Any, ndim: int) -> Any:
 def _same_shape(instr: str, dst: NkiTensor, *xs: Any) -> None:
     for x in xs:
         if _is_tile(x):
-            check(
-                x.size == dst.size
-                and (tuple(x.shape) == tuple(dst.shape) or x.partition_size == dst.partition_size),
-                "shape-mismatch",
-                instr,
-                f"operand {x.name}{list(x.shape)} and destination {dst.name}{list(dst.shape)} differ",
-            )
+            if not (x.size == dst.size
+                and (tuple(x.shape) == tuple(dst.shape) or x.partition_size == dst.partition_size)):
+                raise NKIRuleError(
+                    "shape-mismatch",
+                    instr,
+                    f"operand {x.name}{list(x.shape)} and destination {dst.name}{list(dst.shape)} differ",
+                )
 
 
 def _as_dst_shape(vals: Any, dst: NkiTensor) -> Any:
@@ -276,39 +276,39 @@ def nc_transpose(
     p, f = data.shape
     eng = _engine_name(engine, "tensor" if dst.buffer is MemoryRegion.psum else "vector")
     if eng == "tensor":
-        check(
-            p <= t.pe_array_rows and f <= t.pe_array_cols,
-            "transpose-size",
-            instr,
-            f"Tensor Engine transposes at most {t.pe_array_rows} x {t.pe_array_cols}, got {list(data.shape)}",
-        )
-        check(
-            data.buffer is MemoryRegion.sbuf,
-            "matmul-operand-buffer",
-            instr,
-            f"data {data.name} is in {data.buffer.value}; Tensor Engine reads SBUF",
-        )
-        check(
-            dst.buffer is MemoryRegion.psum,
-            "matmul-output-buffer",
-            instr,
-            f"destination {dst.name} is in {dst.buffer.value}; Tensor Engine writes PSUM",
-        )
+        if not (p <= t.pe_array_rows and f <= t.pe_array_cols):
+            raise NKIRuleError(
+                "transpose-size",
+                instr,
+                f"Tensor Engine transposes at most {t.pe_array_rows} x {t.pe_array_cols}, got {list(data.shape)}",
+            )
+        if data.buffer is not MemoryRegion.sbuf:
+            raise NKIRuleError(
+                "matmul-operand-buffer",
+                instr,
+                f"data {data.name} is in {data.buffer.value}; Tensor Engine reads SBUF",
+            )
+        if dst.buffer is not MemoryRegion.psum:
+            raise NKIRuleError(
+                "matmul-output-buffer",
+                instr,
+                f"destination {dst.name} is in {dst.buffer.value}; Tensor Engine writes PSUM",
+            )
         secs = matmul_seconds(t, p, _dt.matmul_family(data.dtype))
     else:
-        check(
-            p <= 32 and f <= 32,
-            "transpose-size",
-            instr,
-            f"Vector Engine transposes at most 32 x 32, got {list(data.shape)}",
-        )
+        if not (p <= 32 and f <= 32):
+            raise NKIRuleError(
+                "transpose-size",
+                instr,
+                f"Vector Engine transposes at most 32 x 32, got {list(data.shape)}",
+            )
         secs = vector_seconds(t, f)
-    check(
-        tuple(dst.shape) == (f, p),
-        "shape-mismatch",
-        instr,
-        f"destination {list(dst.shape)} is not {[f, p]}",
-    )
+    if not (tuple(dst.shape) == (f, p)):
+        raise NKIRuleError(
+            "shape-mismatch",
+            instr,
+            f"destination {list(dst.shape)} is not {[f, p]}",
+        )
     _issue(instr, eng, secs, [data], dst)
     dst.write(data.read(instr).T, instr, _mask_array(mask, (f, p)))
 
@@ -365,12 +365,12 @@ def activation(
         launch.reduce_regs[regs_key] = regs
         if reduce_res is not None:
             _check_compute_dst(instr, reduce_res)
-            check(
-                reduce_res.partition_size == p and reduce_res.free_size == 1,
-                "operand-shape",
-                instr,
-                f"reduce_res {reduce_res.name}{list(reduce_res.shape)} must be [{p}, 1]",
-            )
+            if not (reduce_res.partition_size == p and reduce_res.free_size == 1):
+                raise NKIRuleError(
+                    "operand-shape",
+                    instr,
+                    f"reduce_res {reduce_res.name}{list(reduce_res.shape)} must be [{p}, 1]",
+                )
             targets.append(reduce_res)
     secs = scalar_seconds(current().target, data.free_size, reduce=reduce_res is not None)
     _issue(instr, "scalar", secs, reads, targets)
@@ -426,12 +426,12 @@ def tensor_tensor(
     _check_compute_dst(instr, dst)
     check_bitvec(instr, o.name, data1, data2, dst)
     _same_shape(instr, dst, data1, data2)
-    check(
-        tuple(data1.shape) == tuple(data2.shape),
-        "shape-mismatch",
-        instr,
-        f"data1 {list(data1.shape)} and data2 {list(data2.shape)} differ",
-    )
+    if not (tuple(data1.shape) == tuple(data2.shape)):
+        raise NKIRuleError(
+            "shape-mismatch",
+            instr,
+            f"data1 {list(data1.shape)} and data2 {list(data2.shape)} differ",
+        )
     msk = _mask_array(mask, tuple(dst.shape))
     vals = o.binary(_read(data1, instr, msk), _read(data2, instr, msk))
     eng = _engine_name(engine, "vector")

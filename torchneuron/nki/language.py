@@ -276,33 +276,33 @@ def _is_tile(x: Any) -> bool:
 def _check_compute_operand(instr: str, x: Any, what: str = "operand") -> None:
     if not _is_tile(x):
         return
-    check(
-        x.buffer.on_chip,
-        "compute-on-hbm",
-        instr,
-        f"{what} {x.name}{list(x.shape)} is in {x.buffer.value}; compute engines only read "
-        "SBUF/PSUM -- load it with nl.load / nisa.dma_copy first",
-    )
+    if not (x.buffer.on_chip):
+        raise NKIRuleError(
+            "compute-on-hbm",
+            instr,
+            f"{what} {x.name}{list(x.shape)} is in {x.buffer.value}; compute engines only read "
+            "SBUF/PSUM -- load it with nl.load / nisa.dma_copy first",
+        )
     pmax = current().target.sbuf_partitions
-    check(
-        x.partition_size <= pmax,
-        "partition-dim-limit",
-        instr,
-        f"{what} {x.name}{list(x.shape)} spans {x.partition_size} partitions; the limit is {pmax}",
-    )
+    if not (x.partition_size <= pmax):
+        raise NKIRuleError(
+            "partition-dim-limit",
+            instr,
+            f"{what} {x.name}{list(x.shape)} spans {x.partition_size} partitions; the limit is {pmax}",
+        )
 
 
 def _check_compute_dst(instr: str, dst: NkiTensor) -> None:
     _check_compute_operand(instr, dst, "destination")
     if dst.buffer is MemoryRegion.psum:
         bank = current().target.psum_bank_bytes_per_partition
-        check(
-            dst.free_bytes <= bank,
-            "psum-tile-size",
-            instr,
-            f"PSUM tile {dst.name}{list(dst.shape)} holds {dst.free_bytes} B per partition; "
-            f"a PSUM tile holds at most {bank} B (one bank)",
-        )
+        if not (dst.free_bytes <= bank):
+            raise NKIRuleError(
+                "psum-tile-size",
+                instr,
+                f"PSUM tile {dst.name}{list(dst.shape)} holds {dst.free_bytes} B per partition; "
+                f"a PSUM tile holds at most {bank} B (one bank)",
+            )
 
 
 _BITVEC = {"bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift", "invert"}
@@ -651,13 +651,13 @@ def _dma(instr: str, dst: NkiTensor, src: Any, mask: Any = None, rmw: Any = None
     """One DMA transfer ``dst <- src`` (HBM<->SBUF, SBUF<->SBUF, HBM<->HBM)."""
     launch = current()
     if _is_tile(src):
-        check(
-            src.buffer is not MemoryRegion.psum and dst.buffer is not MemoryRegion.psum,
-            "dma-buffer",
-            instr,
-            f"DMA cannot move {src.buffer.value} -> {dst.buffer.value}; copy PSUM tiles to SBUF "
-            "with nisa.tensor_copy / nl.copy first",
-        )
+        if not (src.buffer is not MemoryRegion.psum and dst.buffer is not MemoryRegion.psum):
+            raise NKIRuleError(
+                "dma-buffer",
+                instr,
+                f"DMA cannot move {src.buffer.value} -> {dst.buffer.value}; copy PSUM tiles to SBUF "
+                "with nisa.tensor_copy / nl.copy first",
+            )
         shape = tuple(dst.shape)
         m = _mask_array(mask, shape)
         if tuple(src.shape) != shape:
@@ -683,20 +683,20 @@ def _dma(instr: str, dst: NkiTensor, src: Any, mask: Any = None, rmw: Any = None
         nbytes = dst.nbytes
     if dst.buffer.on_chip:
         pmax = launch.target.sbuf_partitions
-        check(
-            dst.partition_size <= pmax,
-            "partition-dim-limit",
-            instr,
-            f"destination {dst.name}{list(dst.shape)} spans {dst.partition_size} partitions; the limit is {pmax}",
-        )
+        if not (dst.partition_size <= pmax):
+            raise NKIRuleError(
+                "partition-dim-limit",
+                instr,
+                f"destination {dst.name}{list(dst.shape)} spans {dst.partition_size} partitions; the limit is {pmax}",
+            )
     if _is_tile(src) and src.buffer.on_chip:
         pmax = launch.target.sbuf_partitions
-        check(
-            src.partition_size <= pmax,
-            "partition-dim-limit",
-            instr,
-            f"source {src.name}{list(src.shape)} spans {src.partition_size} partitions; the limit is {pmax}",
-        )
+        if not (src.partition_size <= pmax):
+            raise NKIRuleError(
+                "partition-dim-limit",
+                instr,
+                f"source {src.name}{list(src.shape)} spans {src.partition_size} partitions; the limit is {pmax}",
+            )
     if rmw is not None:
         op = mathops.lookup(rmw)
         vals = op(dst.read(instr), vals)
@@ -774,62 +774,62 @@ def check_matmul(
     t = current().target
     for what, x in (("stationary", stationary), ("moving", moving)):
         check(_is_tile(x), "matmul-operand-buffer", instr, f"{what} operand must be a tile")
-        check(
-            x.buffer is MemoryRegion.sbuf,
-            "matmul-operand-buffer",
+        if x.buffer is not MemoryRegion.sbuf:
+            raise NKIRuleError(
+                "matmul-operand-buffer",
+                instr,
+                f"{what} operand {x.name}{list(x.shape)} is in {x.buffer.value}; Tensor Engine reads SBUF",
+            )
+    if not (stationary.ndim == 2):
+        raise NKIRuleError(
+            "matmul-stationary-size",
             instr,
-            f"{what} operand {x.name}{list(x.shape)} is in {x.buffer.value}; Tensor Engine reads SBUF",
+            f"stationary must be 2-D, got {stationary.shape}",
         )
-    check(
-        stationary.ndim == 2,
-        "matmul-stationary-size",
-        instr,
-        f"stationary must be 2-D, got {stationary.shape}",
-    )
     k, m = stationary.shape
-    check(
-        k <= t.pe_array_rows and m <= t.pe_array_cols,
-        "matmul-stationary-size",
-        instr,
-        f"stationary tile {stationary.name}{list(stationary.shape)} exceeds "
-        f"{t.pe_array_rows} x {t.pe_array_cols} (contraction x free)",
-    )
-    check(
-        moving.partition_size <= t.pe_array_rows and moving.free_size <= t.matmul_moving_fmax,
-        "matmul-moving-size",
-        instr,
-        f"moving tile {moving.name}{list(moving.shape)} exceeds {t.pe_array_rows} partitions x "
-        f"{t.matmul_moving_fmax} free elements",
-    )
-    check(
-        moving.partition_size == k,
-        "matmul-contraction",
-        instr,
-        f"stationary {list(stationary.shape)} and moving {list(moving.shape)} must share the "
-        "contraction size on the partition dim (dst = stationary.T @ moving)",
-    )
+    if not (k <= t.pe_array_rows and m <= t.pe_array_cols):
+        raise NKIRuleError(
+            "matmul-stationary-size",
+            instr,
+            f"stationary tile {stationary.name}{list(stationary.shape)} exceeds "
+            f"{t.pe_array_rows} x {t.pe_array_cols} (contraction x free)",
+        )
+    if not (moving.partition_size <= t.pe_array_rows and moving.free_size <= t.matmul_moving_fmax):
+        raise NKIRuleError(
+            "matmul-moving-size",
+            instr,
+            f"moving tile {moving.name}{list(moving.shape)} exceeds {t.pe_array_rows} partitions x "
+            f"{t.matmul_moving_fmax} free elements",
+        )
+    if not (moving.partition_size == k):
+        raise NKIRuleError(
+            "matmul-contraction",
+            instr,
+            f"stationary {list(stationary.shape)} and moving {list(moving.shape)} must share the "
+            "contraction size on the partition dim (dst = stationary.T @ moving)",
+        )
     if dst is None:
         return
-    check(
-        dst.buffer is MemoryRegion.psum,
-        "matmul-output-buffer",
-        instr,
-        f"destination {dst.name}{list(dst.shape)} is in {dst.buffer.value}; matmul writes PSUM",
-    )
-    check(
-        dst.dtype in (float32, bfloat16),
-        "matmul-output-dtype",
-        instr,
-        f"destination {dst.name} is {_dt.name(dst.dtype)}; PSUM accumulates float32",
-    )
+    if dst.buffer is not MemoryRegion.psum:
+        raise NKIRuleError(
+            "matmul-output-buffer",
+            instr,
+            f"destination {dst.name}{list(dst.shape)} is in {dst.buffer.value}; matmul writes PSUM",
+        )
+    if dst.dtype not in (float32, bfloat16):
+        raise NKIRuleError(
+            "matmul-output-dtype",
+            instr,
+            f"destination {dst.name} is {_dt.name(dst.dtype)}; PSUM accumulates float32",
+        )
     bank = t.psum_bank_bytes_per_partition
-    check(
-        dst.free_bytes <= bank,
-        "psum-tile-size",
-        instr,
-        f"PSUM tile {dst.name}{list(dst.shape)} holds {dst.free_bytes} B per partition; a PSUM "
-        f"tile holds at most {bank} B (one bank, {bank // 4} float32)",
-    )
+    if not (dst.free_bytes <= bank):
+        raise NKIRuleError(
+            "psum-tile-size",
+            instr,
+            f"PSUM tile {dst.name}{list(dst.shape)} holds {dst.free_bytes} B per partition; a PSUM "
+            f"tile holds at most {bank} B (one bank, {bank // 4} float32)",
+        )
 
 
 def matmul_family(a: NkiTensor, b: NkiTensor) -> str:

@@ -61,14 +61,23 @@ class SourceLocation:
         return f"{short}:{self.lineno}" + (f": {text}" if text else "")
 
 
+_in_package: dict[str, bool] = {}  # code file name -> is it part of this package?
+
+
+def _inside(filename: str) -> bool:
+    r = _in_package.get(filename)
+    if r is None:
+        r = _in_package[filename] = os.path.abspath(filename).startswith(_package_dir() + os.sep)
+    return r
+
+
 def user_location(skip_extra: int = 0) -> SourceLocation | None:
     """The innermost stack frame outside this package: the kernel line issuing the call."""
-    pkg = _package_dir()
     frame = sys._getframe(1 + skip_extra)
     while frame is not None:
-        fname = os.path.abspath(frame.f_code.co_filename)
-        if not fname.startswith(pkg + os.sep):
-            return SourceLocation(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+        code = frame.f_code
+        if not _inside(code.co_filename):
+            return SourceLocation(code.co_filename, frame.f_lineno, code.co_name)
         frame = frame.f_back
     return None
 

@@ -140,24 +140,24 @@ class Launch:
     def _account(self, buf: Buffer, instruction: str) -> None:
         t = self.target
         parts = buf.partitions
-        check(
-            parts <= t.sbuf_partitions,
-            "partition-dim-limit",
-            instruction,
-            f"{buf.region.value} tensor {buf.name} {buf.shape} has {parts} partitions; "
-            f"the limit is {t.sbuf_partitions} (partition dim = axis {buf.pdim})",
-        )
+        if not (parts <= t.sbuf_partitions):
+            raise NKIRuleError(
+                "partition-dim-limit",
+                instruction,
+                f"{buf.region.value} tensor {buf.name} {buf.shape} has {parts} partitions; "
+                f"the limit is {t.sbuf_partitions} (partition dim = axis {buf.pdim})",
+            )
         bpp = buf.bytes_per_partition
         if buf.region is MemoryRegion.sbuf:
             need = self.sbuf_live + bpp
-            check(
-                need <= self.sbuf_capacity,
-                "sbuf-capacity",
-                instruction,
-                f"allocating {buf.name} {buf.shape} {dtypes.name(buf.dtype)} ({bpp} B per "
-                f"partition) needs {need} B per partition of SBUF but {t.name} leaves kernels "
-                f"{self.sbuf_capacity} B ({self.sbuf_live} B already live)",
-            )
+            if not (need <= self.sbuf_capacity):
+                raise NKIRuleError(
+                    "sbuf-capacity",
+                    instruction,
+                    f"allocating {buf.name} {buf.shape} {dtypes.name(buf.dtype)} ({bpp} B per "
+                    f"partition) needs {need} B per partition of SBUF but {t.name} leaves kernels "
+                    f"{self.sbuf_capacity} B ({self.sbuf_live} B already live)",
+                )
             self.sbuf_live = need
             self.sbuf_peak = max(self.sbuf_peak, need)
             weakref.finalize(buf, self._release, buf.id, bpp, 0)
@@ -165,14 +165,14 @@ class Launch:
             bank = t.psum_bank_bytes_per_partition
             banks = max(1, math.ceil(bpp / bank))
             need = self.psum_banks_live + banks
-            check(
-                need <= t.psum_banks,
-                "psum-capacity",
-                instruction,
-                f"allocating {buf.name} {buf.shape} {dtypes.name(buf.dtype)} needs {banks} PSUM "
-                f"bank(s) but only {t.psum_banks - self.psum_banks_live} of {t.psum_banks} "
-                f"({bank} B per partition each) are free",
-            )
+            if not (need <= t.psum_banks):
+                raise NKIRuleError(
+                    "psum-capacity",
+                    instruction,
+                    f"allocating {buf.name} {buf.shape} {dtypes.name(buf.dtype)} needs {banks} PSUM "
+                    f"bank(s) but only {t.psum_banks - self.psum_banks_live} of {t.psum_banks} "
+                    f"({bank} B per partition each) are free",
+                )
             self.psum_banks_live = need
             self.psum_banks_peak = max(self.psum_banks_peak, need)
             weakref.finalize(buf, self._release, buf.id, 0, banks)

@@ -291,12 +291,12 @@ class NkiTensor:
             if i is not None:
                 if i < 0:
                     i += count
-                check(
-                    0 <= i < count,
-                    "out-of-bounds",
-                    "indexing",
-                    f"index {k} is out of bounds for axis {vdim} of size {count} (tensor {self.name} {self.shape})",
-                )
+                if not (0 <= i < count):
+                    raise NKIRuleError(
+                        "out-of-bounds",
+                        "indexing",
+                        f"index {k} is out of bounds for axis {vdim} of size {count} (tensor {self.name} {self.shape})",
+                    )
                 new.append(start + step * i)
             elif isinstance(k, slice):
                 s0, s1, st = k.start, k.stop, k.step
@@ -308,12 +308,12 @@ class NkiTensor:
                     b = count if s1 is None else int(s1)
                     a = a + count if a < 0 else a
                     b = b + count if b < 0 else b
-                    check(
-                        0 <= a <= count and 0 <= b <= count,
-                        "out-of-bounds",
-                        "indexing",
-                        f"slice {a}:{b} is out of bounds for axis {vdim} of size {count} (tensor {self.name} {self.shape})",
-                    )
+                    if not (0 <= a <= count and 0 <= b <= count):
+                        raise NKIRuleError(
+                            "out-of-bounds",
+                            "indexing",
+                            f"slice {a}:{b} is out of bounds for axis {vdim} of size {count} (tensor {self.name} {self.shape})",
+                        )
                     n = max(0, -(-(b - a) // st))
                 else:
                     a, b, st2 = k.indices(count)

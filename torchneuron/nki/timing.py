@@ -18,8 +18,6 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from torchneuron.runtime.target import Target
 
 ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
@@ -196,51 +194,64 @@ class Profile:
 
 
 # ---- scheduling -------------------------------------------------------------------------------
+def _overlaps(a: Box, b: Box) -> bool:
+    for (alo, ahi), (blo, bhi) in zip(a, b, strict=True):
+        if alo >= bhi or blo >= ahi:
+            return False
+    return True
+
+
+def _covers(outer: Box, inner: Box) -> bool:
+    for (olo, ohi), (ilo, ihi) in zip(outer, inner, strict=True):
+        if ilo < olo or ihi > ohi:
+            return False
+    return True
+
+
 class _Boxes:
-    """Boxes (one row per access) with the time each access ends, as numpy arrays."""
+    """Accessed boxes of one buffer with the time each access ends. Plain Python lists: a
+    buffer holds a handful of boxes, for which tuple loops beat numpy's per-call overhead."""
 
-    __slots__ = ("end", "hi", "lo")
+    __slots__ = ("boxes", "ends")
 
-    def __init__(self, ndim: int) -> None:
-        self.lo = np.empty((0, ndim), dtype=np.int64)
-        self.hi = np.empty((0, ndim), dtype=np.int64)
-        self.end = np.empty(0, dtype=np.float64)
+    def __init__(self) -> None:
+        self.boxes: list[Box] = []
+        self.ends: list[float] = []
 
-    def latest_overlap(self, lo: np.ndarray, hi: np.ndarray) -> float:
-        if not self.end.size:
-            return 0.0
-        m = (self.lo < hi).all(axis=1) & (self.hi > lo).all(axis=1)
-        return float(self.end[m].max()) if m.any() else 0.0
+    def latest_overlap(self, box: Box) -> float:
+        t = 0.0
+        ends = self.ends
+        for i, b in enumerate(self.boxes):
+            if ends[i] > t and _overlaps(b, box):
+                t = ends[i]
+        return t
 
-    def drop_covered(self, lo: np.ndarray, hi: np.ndarray) -> None:
-        if not self.end.size:
+    def drop_covered(self, box: Box) -> None:
+        boxes = self.boxes
+        if not boxes:
             return
-        keep = ~((self.lo >= lo).all(axis=1) & (self.hi <= hi).all(axis=1))
-        if not keep.all():
-            self.lo, self.hi, self.end = self.lo[keep], self.hi[keep], self.end[keep]
+        keep = [i for i, b in enumerate(boxes) if not _covers(box, b)]
+        if len(keep) != len(boxes):
+            self.boxes = [boxes[i] for i in keep]
+            self.ends = [self.ends[i] for i in keep]
 
-    def add(self, lo: np.ndarray, hi: np.ndarray, end: float) -> None:
-        if self.end.size:
-            same = (self.lo == lo).all(axis=1) & (self.hi == hi).all(axis=1)
-            if same.any():
-                self.end[same] = np.maximum(self.end[same], end)
+    def add(self, box: Box, end: float) -> None:
+        boxes = self.boxes
+        for i, b in enumerate(boxes):
+            if b == box:
+                if end > self.ends[i]:
+                    self.ends[i] = end
                 return
-        self.lo = np.concatenate([self.lo, lo[None]])
-        self.hi = np.concatenate([self.hi, hi[None]])
-        self.end = np.append(self.end, end)
+        boxes.append(box)
+        self.ends.append(end)
 
 
 class _BufferState:
     __slots__ = ("reads", "writes")
 
-    def __init__(self, ndim: int) -> None:
-        self.writes = _Boxes(ndim)
-        self.reads = _Boxes(ndim)
-
-
-def _box_arrays(box: Box) -> tuple[np.ndarray, np.ndarray]:
-    arr = np.asarray(box, dtype=np.int64).reshape(-1, 2)
-    return arr[:, 0], arr[:, 1]
+    def __init__(self) -> None:
+        self.writes = _Boxes()
+        self.reads = _Boxes()
 
 
 class Scheduler:
@@ -257,41 +268,38 @@ class Scheduler:
     def forget(self, buffer_id: int) -> None:
         self.state.pop(buffer_id, None)
 
-    def _state(self, bid: int, ndim: int) -> _BufferState:
+    def _state(self, bid: int) -> _BufferState:
         st = self.state.get(bid)
         if st is None:
-            st = self.state[bid] = _BufferState(ndim)
+            st = self.state[bid] = _BufferState()
         return st
 
-    def _ready(
-        self,
-        reads: list[tuple[int, np.ndarray, np.ndarray]],
-        writes: list[tuple[int, np.ndarray, np.ndarray]],
-    ) -> float:
+    def _ready(self, reads: list[tuple[int, Box]], writes: list[tuple[int, Box]]) -> float:
         t = 0.0
-        for bid, lo, hi in reads:
-            st = self.state.get(bid)
+        state = self.state
+        for bid, box in reads:
+            st = state.get(bid)
             if st is not None:
-                t = max(t, st.writes.latest_overlap(lo, hi))
-        for bid, lo, hi in writes:
-            st = self.state.get(bid)
+                t = max(t, st.writes.latest_overlap(box))
+        for bid, box in writes:
+            st = state.get(bid)
             if st is not None:
-                t = max(t, st.writes.latest_overlap(lo, hi), st.reads.latest_overlap(lo, hi))
+                t = max(t, st.writes.latest_overlap(box), st.reads.latest_overlap(box))
         return t
 
     def note_write(self, bid: int, box: Box, end: float) -> None:
         """Record that ``box`` of buffer ``bid`` is written until ``end``. Older accesses it
         covers are dropped: anything later that overlaps them also overlaps this write."""
-        self._note_write(bid, *_box_arrays(box), end)
+        self._note_write(bid, tuple(box), end)
 
-    def _note_write(self, bid: int, lo: np.ndarray, hi: np.ndarray, end: float) -> None:
-        st = self._state(bid, lo.size)
-        st.writes.drop_covered(lo, hi)
-        st.reads.drop_covered(lo, hi)
-        st.writes.add(lo, hi, end)
+    def _note_write(self, bid: int, box: Box, end: float) -> None:
+        st = self._state(bid)
+        st.writes.drop_covered(box)
+        st.reads.drop_covered(box)
+        st.writes.add(box, end)
 
-    def _note_read(self, bid: int, lo: np.ndarray, hi: np.ndarray, end: float) -> None:
-        self._state(bid, lo.size).reads.add(lo, hi, end)
+    def _note_read(self, bid: int, box: Box, end: float) -> None:
+        self._state(bid).reads.add(box, end)
 
     def issue(
         self,
@@ -306,21 +314,25 @@ class Scheduler:
         nbytes: int = 0,
         location: str = "",
     ) -> InstructionRecord:
-        rd = [(bid, *_box_arrays(box)) for bid, box in reads]
-        wr = [(bid, *_box_arrays(box)) for bid, box in writes]
+        rd, wr = reads, writes
         ready = self._ready(rd, wr)
         queue = 0
         if engine == "dma":
             nq = self.target.dma_engines_per_core
-            queue = min(range(nq), key=lambda q: (max(self.free[(core, "dma", q)], ready), q))
+            free = self.free
+            best = None
+            for q in range(nq):  # the queue that can start it first (lowest index on ties)
+                t = max(free[(core, "dma", q)], ready)
+                if best is None or t < best:
+                    best, queue = t, q
         key = (core, engine, queue)
         start = max(ready, self.free[key])
         end = start + seconds
         self.free[key] = end
-        for bid, lo, hi in rd:
-            self._note_read(bid, lo, hi, end)
-        for bid, lo, hi in wr:
-            self._note_write(bid, lo, hi, end)
+        for bid, box in rd:
+            self._note_read(bid, box, end)
+        for bid, box in wr:
+            self._note_write(bid, box, end)
         rec = InstructionRecord(
             index=len(self.profile.records),
             name=name,
