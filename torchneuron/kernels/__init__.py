@@ -3,6 +3,8 @@ on the simulated NeuronCore (eager, and as an eager node inside ``torch.compile`
 
 * :func:`rms_norm` -- ``torch.ops.torchneuron.nki_rmsnorm`` (+ ``nki_rmsnorm_bwd``)
 * :func:`softmax` -- ``torch.ops.torchneuron.nki_softmax`` (+ ``nki_softmax_bwd``)
+* :func:`flash_attention` -- ``torch.ops.torchneuron.nki_flash_attn`` (+ ``nki_flash_attn_bwd``):
+  causal or full, grouped-query attention
 
 The raw ``@nki.jit`` kernels (``rmsnorm_fwd_kernel``, ``softmax_fwd_kernel``, ...) can be run
 on numpy arrays or timed with ``nki.simulate(kernel, return_profile=True)``.
@@ -10,10 +12,14 @@ on numpy arrays or timed with ``nki.simulate(kernel, return_profile=True)``.
 
 from __future__ import annotations
 
+from .attention import flash_attention, flash_attn_bwd_kernel, flash_attn_fwd_kernel
 from .rmsnorm import rms_norm, rmsnorm_bwd_kernel, rmsnorm_fwd_kernel
 from .softmax import softmax, softmax_bwd_kernel, softmax_fwd_kernel
 
 __all__ = [
+    "flash_attention",
+    "flash_attn_bwd_kernel",
+    "flash_attn_fwd_kernel",
     "rms_norm",
     "rmsnorm_bwd_kernel",
     "rmsnorm_fwd_kernel",
