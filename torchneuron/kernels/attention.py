@@ -334,3 +334,34 @@ def flash_attention(
         scale = 1.0 / math.sqrt(q.shape[-1])
     out, _ = flash_attn_fwd(q.contiguous(), k.contiguous(), v.contiguous(), float(scale), bool(is_causal))
     return out
+
+
+# ---- F.scaled_dot_product_attention on the device (TORCHNEURON_NKI_SDPA=1) ----------------------
+_SDPA_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def sdpa_fits(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False) -> bool:
+    """Can this ``scaled_dot_product_attention`` call run on the NKI flash kernels? No
+    arbitrary mask, no dropout, 4-D fp32/bf16 tensors of one dtype, head dim <= 128, the same
+    batch, and key/value heads equal to the query heads (or dividing them with
+    ``enable_gqa=True``)."""
+    if attn_mask is not None or dropout_p != 0.0:
+        return False
+    if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+        return False
+    if not (query.dtype == key.dtype == value.dtype) or query.dtype not in _SDPA_DTYPES:
+        return False
+    b, h, sq, d = query.shape
+    if key.shape != value.shape or key.shape[0] != b or key.shape[3] != d or d > P:
+        return False
+    if sq == 0 or key.shape[2] == 0:
+        return False
+    hkv = key.shape[1]
+    return hkv == h or (enable_gqa and hkv > 0 and h % hkv == 0)
+
+
+def sdpa_via_nki(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """The attention through the flash kernels if :func:`sdpa_fits`, else ``None``."""
+    if not sdpa_fits(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+        return None
+    return flash_attention(query, key, value, is_causal=is_causal, scale=scale)

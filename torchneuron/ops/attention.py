@@ -10,6 +10,8 @@ derivative formulas for the fused op.
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from ..runtime.storage import _BLOCK, host
@@ -32,6 +34,12 @@ def _device_memory(t) -> bool:
 
 
 def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False):
+    if os.environ.get("TORCHNEURON_NKI_SDPA") == "1" and all(map(_device_memory, (query, key, value))):
+        from ..kernels.attention import sdpa_via_nki  # NKI flash kernels when the call fits
+
+        out = sdpa_via_nki(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+        if out is not None:
+            return out
     # The fused CPU kernel takes 4-D [B, H, T, D] tensors; while tracing (torch.compile) the
     # math path is what the compiler lowers.
     if (
