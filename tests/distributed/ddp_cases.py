@@ -1,4 +1,4 @@
-"""DDP (and FSDP2) on neuron vs a single-process reference, run inside each rank."""
+"""DDP on neuron vs a single-process reference, run inside each rank."""
 
 from __future__ import annotations
 
@@ -91,35 +91,5 @@ def run_ddp(check) -> dict:
             d = train(kwargs, micro, unused)
             out[f"{name}_max_diff"] = d
             assert d < 1e-5, d
-
-    return out
-
-
-def run_fsdp(check) -> dict:
-    from torch.distributed.fsdp import fully_shard
-
-    r, w = dist.get_rank(), dist.get_world_size()
-    out: dict = {}
-
-    @check("fsdp2_fully_shard")
-    def _():
-        torch.manual_seed(0)
-        base = Net()
-        ref = _reference(base, 1, w)
-        model = copy.deepcopy(base).to(DEV)
-        fully_shard(model.fc1)
-        fully_shard(model.fc2)
-        fully_shard(model)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        for step in range(STEPS):
-            opt.zero_grad()
-            x, y = _data(step, 0, w)
-            sl = slice(r * LOCAL_BATCH, (r + 1) * LOCAL_BATCH)
-            nn.functional.mse_loss(model(x[sl].to(DEV)), y[sl].to(DEV)).backward()
-            opt.step()
-        got = {k: v.full_tensor().detach().cpu() for k, v in model.state_dict().items()}
-        d = _max_diff(got, ref)
-        out["fsdp2_max_diff"] = d
-        assert d < 1e-5, d
 
     return out

@@ -447,11 +447,13 @@ def scenario_ddp():
     dist.destroy_process_group()
 
 
-def scenario_fsdp():
-    from ddp_cases import run_fsdp
+def scenario_parallel():
+    from parallel_cases import run_parallel
 
     dist.init_process_group("neuron")
-    RESULT.update(run_fsdp(check))
+    t0 = time.monotonic()
+    RESULT.update(run_parallel(check, sys.argv[3], heavy=dist.get_world_size() == 4))
+    RESULT["seconds"] = time.monotonic() - t0
     dist.destroy_process_group()
 
 
