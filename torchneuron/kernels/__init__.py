@@ -5,6 +5,8 @@ on the simulated NeuronCore (eager, and as an eager node inside ``torch.compile`
 * :func:`softmax` -- ``torch.ops.torchneuron.nki_softmax`` (+ ``nki_softmax_bwd``)
 * :func:`flash_attention` -- ``torch.ops.torchneuron.nki_flash_attn`` (+ ``nki_flash_attn_bwd``):
   causal or full, grouped-query attention
+* :func:`layer_norm` -- ``torch.ops.torchneuron.nki_layernorm`` (+ ``nki_layernorm_bwd``)
+* :func:`apply_rope` -- ``torch.ops.torchneuron.nki_rope`` (its own backward, inverse rotation)
 
 The raw ``@nki.jit`` kernels (``rmsnorm_fwd_kernel``, ``softmax_fwd_kernel``, ...) can be run
 on numpy arrays or timed with ``nki.simulate(kernel, return_profile=True)``.
@@ -13,16 +15,23 @@ on numpy arrays or timed with ``nki.simulate(kernel, return_profile=True)``.
 from __future__ import annotations
 
 from .attention import flash_attention, flash_attn_bwd_kernel, flash_attn_fwd_kernel
+from .layernorm import layer_norm, layernorm_bwd_kernel, layernorm_fwd_kernel
 from .rmsnorm import rms_norm, rmsnorm_bwd_kernel, rmsnorm_fwd_kernel
+from .rope import apply_rope, rope_kernel
 from .softmax import softmax, softmax_bwd_kernel, softmax_fwd_kernel
 
 __all__ = [
+    "apply_rope",
     "flash_attention",
     "flash_attn_bwd_kernel",
     "flash_attn_fwd_kernel",
+    "layer_norm",
+    "layernorm_bwd_kernel",
+    "layernorm_fwd_kernel",
     "rms_norm",
     "rmsnorm_bwd_kernel",
     "rmsnorm_fwd_kernel",
+    "rope_kernel",
     "softmax",
     "softmax_bwd_kernel",
     "softmax_fwd_kernel",
