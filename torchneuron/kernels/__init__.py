@@ -6,6 +6,7 @@ on the simulated NeuronCore (eager, and as an eager node inside ``torch.compile`
 * :func:`flash_attention` -- ``torch.ops.torchneuron.nki_flash_attn`` (+ ``nki_flash_attn_bwd``):
   causal or full, grouped-query attention
 * :func:`layer_norm` -- ``torch.ops.torchneuron.nki_layernorm`` (+ ``nki_layernorm_bwd``)
+* :func:`swiglu_mlp` -- ``torch.ops.torchneuron.nki_swiglu_mlp`` (+ ``nki_swiglu_mlp_bwd``)
 * :func:`apply_rope` -- ``torch.ops.torchneuron.nki_rope`` (its own backward, inverse rotation)
 
 The raw ``@nki.jit`` kernels (``rmsnorm_fwd_kernel``, ``softmax_fwd_kernel``, ...) can be run
@@ -19,6 +20,7 @@ from .layernorm import layer_norm, layernorm_bwd_kernel, layernorm_fwd_kernel
 from .rmsnorm import rms_norm, rmsnorm_bwd_kernel, rmsnorm_fwd_kernel
 from .rope import apply_rope, rope_kernel
 from .softmax import softmax, softmax_bwd_kernel, softmax_fwd_kernel
+from .swiglu import swiglu_bwd_kernel, swiglu_fwd_kernel, swiglu_mlp
 
 __all__ = [
     "apply_rope",
@@ -35,4 +37,7 @@ __all__ = [
     "softmax",
     "softmax_bwd_kernel",
     "softmax_fwd_kernel",
+    "swiglu_bwd_kernel",
+    "swiglu_fwd_kernel",
+    "swiglu_mlp",
 ]
