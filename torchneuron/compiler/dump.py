@@ -15,6 +15,9 @@ class GraphDump:
         root = settings.dump_dir()
         self.dir: Path | None = None
         if root is not None:
+            model = settings.model_name()
+            if model is not None:
+                root = root / settings.model_dir_name(model)
             self.dir = root / f"{graph_id}_{kind}"
             self.dir.mkdir(parents=True, exist_ok=True)
 

@@ -96,7 +96,7 @@ class CompiledRegion(torch.nn.Module):
             return result.vmfb
 
         meta = {"compiler": compiler_version(), "flags": list(flags), "target": target,
-                "graph": record.graph_id, "region": name}
+                "graph": record.graph_id, "region": name, "model": record.model}
         lookup = CACHE.get_or_compile(key, compile_now, meta)
         if lookup.source == "compiled":
             record.cache_misses += 1

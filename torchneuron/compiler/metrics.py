@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 from dataclasses import asdict, dataclass, field
 
+from . import settings
+
 _lock = threading.Lock()
 
 
@@ -25,6 +27,7 @@ class GraphRecord:
     split_regions: int = 0  # regions that failed as a whole and were split in halves
     eager_after_split: int = 0  # nodes left eager because they failed even on their own
     placement: dict[str, str] = field(default_factory=dict)  # node name -> "compiled:region" | "eager"
+    model: str | None = None  # settings.set_model_name() in effect when the graph was compiled
 
 
 _graphs: dict[str, GraphRecord] = {}
@@ -33,7 +36,7 @@ _totals = {"graphs_compiled": 0, "cache_hits": 0, "cache_misses": 0, "compile_se
 
 
 def new_graph(graph_id: str, kind: str) -> GraphRecord:
-    rec = GraphRecord(graph_id, kind)
+    rec = GraphRecord(graph_id, kind, model=settings.model_name())
     with _lock:
         _graphs[graph_id] = rec
     return rec

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -29,6 +30,34 @@ def disk_cache_enabled() -> bool:
 def dump_dir() -> Path | None:
     d = os.environ.get("TORCHNEURON_DUMP_DIR")
     return Path(d) if d else None
+
+
+_model_name: str | None = None
+
+
+def set_model_name(name: str | None) -> None:
+    """Name the model whose graphs are compiled from now on (``None`` clears the name).
+
+    The name is recorded with every graph compiled afterwards (``get_metrics()["graphs"][id]
+    ["model"]``), on the disk cache entries those graphs create (``meta["model"]``), and, with
+    ``TORCHNEURON_DUMP_DIR`` set, their dumps go to ``<dump dir>/<name>/``.
+    """
+    global _model_name
+    if name is not None:
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"model name must be a non-empty string or None, got {name!r}")
+        name = name.strip()
+    _model_name = name
+
+
+def model_name() -> str | None:
+    return _model_name
+
+
+def model_dir_name(name: str) -> str:
+    """``name`` as one path component (``org/model`` -> ``org_model``)."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._")
+    return safe or "model"
 
 
 def runtime_driver() -> str:
