@@ -7,8 +7,6 @@ torchneuron (which registers the ``neuron`` device and ``torch.neuron``) and exp
 TorchNeuron's documented names, the parts of its Python API that torchneuron implements.
 
 It replaces AWS's ``torch-neuronx`` package: do not install the two in the same environment.
-
-Not provided (torchneuron has no equivalent yet): ``neuron_dynamo_backend.set_model_name``.
 """
 
 from __future__ import annotations

@@ -22,9 +22,9 @@ def test_torch_neuronx_exposes_torchneuron_api():
     assert torch_neuronx.clear_op_tracking is torchneuron.clear_op_tracking
     assert torchneuron.is_registered()
     assert torch.accelerator.current_accelerator() == torch.device("neuron")
-    # not implemented by torchneuron: absent rather than a stub that pretends
     assert torch_neuronx.nki_op is torchneuron.nki_op
-    assert not hasattr(torch_neuronx.neuron_dynamo_backend, "set_model_name")
+    for name in ("get_dynamo_metrics", "reset_dynamo_metrics", "set_model_name"):
+        assert callable(getattr(torch_neuronx.neuron_dynamo_backend, name))
 
 
 def test_torch_neuronx_op_tracking():
