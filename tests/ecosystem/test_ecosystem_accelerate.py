@@ -1,11 +1,7 @@
 """accelerate on `neuron`: Accelerator() finds the device; save_state/load_state resumes
-bit-exactly, the device's RNG state included."""
+bit-exactly, the device's RNG state included. Multi-process launches: test_ecosystem_accelerate_launch.py."""
 
 from __future__ import annotations
-
-import shutil
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -19,6 +15,8 @@ def _setup(seed: int):
 
     set_seed(seed)
     model = nn.Sequential(nn.Linear(8, 32), nn.Dropout(0.25), nn.GELU(), nn.Linear(32, 1))
+    # on the device before the optimizer is built: see test_prepare_model_and_optimizer_together_trains
+    model.to("neuron")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
     g = torch.Generator().manual_seed(0)
@@ -52,7 +50,9 @@ def test_accelerator_save_load_state_resumes_bit_exactly(tmp_path):
     acc, model, opt, loader, sched = _setup(seed=0)
     assert acc.device.type == "neuron"
     assert next(model.parameters()).device.type == "neuron"
+    initial = [p.detach().cpu().clone() for p in model.parameters()]
     _epochs(acc, model, opt, loader, sched, range(2))
+    assert all(not torch.equal(a, p.detach().cpu()) for a, p in zip(initial, model.parameters(), strict=True))
     acc.save_state(str(tmp_path / "ckpt"))
     expected = _epochs(acc, model, opt, loader, sched, range(2, 4))
     expected_params = [p.detach().cpu().clone() for p in model.parameters()]
@@ -87,43 +87,22 @@ def test_accelerator_mixed_precision_bf16():
     assert torch.equal(out.cpu(), ref.float().cpu())
 
 
-def _neuron_process_group_available() -> bool:
-    import torch.distributed as dist
-
-    if not dist.is_available():
-        return False
-    try:
-        return bool(dist.is_backend_available("neuron"))
-    except Exception:
-        return False
-
-
-@pytest.mark.slow
-@pytest.mark.skip(
-    reason="accelerate 1.15's `launch --num_processes 2` picks its simple_launcher on a machine "
-    "without GPUs and starts one process (acc.num_processes == 1); the neuron process group "
-    "itself is tested under torchrun in tests/distributed. Open: how accelerate selects a "
-    "multi-process launcher for the neuron device."
+@pytest.mark.xfail(
+    strict=True,
+    reason="device bug: Module.to('neuron') replaces every Parameter object, because PyTorch's "
+    "_has_compatible_shallow_copy_type() does not count PrivateUse1 as a dense backend; an "
+    "optimizer built before accelerate's prepare() (its documented pattern) then updates the "
+    "old CPU parameters and the model on neuron never trains",
 )
-def test_accelerate_launch_two_processes_ddp(tmp_path):
-    script = tmp_path / "ddp.py"
-    script.write_text(
-        "import torch\n"
-        "from accelerate import Accelerator\n"
-        "acc = Accelerator()\n"
-        "assert acc.num_processes == 2 and acc.device.type == 'neuron'\n"
-        "torch.manual_seed(0)\n"
-        "m = acc.prepare(torch.nn.Linear(4, 1))\n"
-        "x = torch.full((2, 4), float(acc.process_index + 1), device=acc.device)\n"
-        "m(x).sum().backward()\n"
-        "g = m.module.weight.grad.cpu()\n"
-        "assert torch.allclose(g, torch.full_like(g, 3.0)), g\n"
-        "print('rank', acc.process_index, 'ok')\n"
-    )
-    launcher = shutil.which("accelerate") or sys.executable
-    cmd = [launcher, "launch", "--num_processes", "2", str(script)]
-    if launcher == sys.executable:
-        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", str(script)]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stderr[-4000:]
-    assert res.stdout.count("ok") == 2
+def test_prepare_model_and_optimizer_together_trains():
+    from accelerate import Accelerator
+
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    acc = Accelerator()
+    model, opt = acc.prepare(model, opt)
+    before = model.weight.detach().cpu().clone()
+    acc.backward(model(torch.randn(8, 4, device=acc.device)).pow(2).mean())
+    opt.step()
+    assert not torch.equal(model.weight.detach().cpu(), before)
