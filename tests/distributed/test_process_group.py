@@ -57,6 +57,7 @@ TORCHRUN_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # the fast tier covers torchrun env:// with test_multinode.py
 def test_torchrun_env_init(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(TORCHRUN_SCRIPT)
