@@ -841,7 +841,8 @@ def dma_copy(
 ) -> None:
     """Copy ``src`` to ``dst`` on a DMA queue (HBM <-> SBUF, SBUF <-> SBUF, HBM <-> HBM)."""
     check(_is_tile(dst), "dma-buffer", "nisa.dma_copy", "dst must be a tensor")
-    _dma("nisa.dma_copy", dst, src, mask, rmw=dst_rmw_op)
+    skip = getattr(oob_mode, "value", oob_mode) == "skip"
+    _dma("nisa.dma_copy", dst, src, mask, rmw=dst_rmw_op, oob_skip=skip)
 
 
 def dma_transpose(

@@ -647,9 +647,33 @@ def softmax(x: NkiTensor, axis: Any = -1, dtype: Any = None, **_: Any) -> NkiTen
 
 
 # ---- data movement --------------------------------------------------------------------------
-def _dma(instr: str, dst: NkiTensor, src: Any, mask: Any = None, rmw: Any = None) -> None:
-    """One DMA transfer ``dst <- src`` (HBM<->SBUF, SBUF<->SBUF, HBM<->HBM)."""
+def _oob_mask(instr: str, dst: NkiTensor, src: Any, mask: Any) -> np.ndarray:
+    """``oob_mode.skip``: the elements whose indirect indices are in bounds (and ``mask``)."""
+    shape = tuple(dst.shape)
+    m = np.ones(shape, dtype=bool) if mask is None else np.array(_mask_array(mask, shape))
+    for v in (dst, src):
+        if _is_tile(v) and hasattr(v, "in_bounds"):
+            ok = v.in_bounds()
+            if ok.shape != shape:
+                if ok.size != m.size:
+                    raise NKIRuleError(
+                        "shape-mismatch", instr, f"source {list(src.shape)} and destination {list(shape)} differ"
+                    )
+                ok = ok.reshape(shape)
+            m &= ok
+    return m
+
+
+def _dma(
+    instr: str, dst: NkiTensor, src: Any, mask: Any = None, rmw: Any = None, oob_skip: bool = False
+) -> None:
+    """One DMA transfer ``dst <- src`` (HBM<->SBUF, SBUF<->SBUF, HBM<->HBM). Views indexed by
+    SBUF tiles are indirect (gather/scatter) transfers that also wait for their index tiles;
+    with ``oob_skip`` their out-of-bounds elements are skipped instead of being an error."""
     launch = current()
+    if oob_skip:
+        check(rmw is None, "unsupported", instr, "dst_rmw_op needs oob_mode.error")
+        mask = _oob_mask(instr, dst, src, mask)
     if _is_tile(src):
         if not (src.buffer is not MemoryRegion.psum and dst.buffer is not MemoryRegion.psum):
             raise NKIRuleError(
@@ -697,18 +721,30 @@ def _dma(instr: str, dst: NkiTensor, src: Any, mask: Any = None, rmw: Any = None
                 instr,
                 f"source {src.name}{list(src.shape)} spans {src.partition_size} partitions; the limit is {pmax}",
             )
+    scatter_add = False
     if rmw is not None:
         op = mathops.lookup(rmw)
-        vals = op(dst.read(instr), vals)
+        check(
+            op is not None and op.name == "add", "unsupported", instr, f"dst_rmw_op={rmw!r}: only add is supported"
+        )
+        scatter_add = hasattr(dst, "scatter_add")  # indirect destination: duplicates accumulate
+        if not scatter_add:
+            vals = op(dst.read(instr), vals)
     if m is not None:
         nbytes = int(np.count_nonzero(m)) * (src.itemsize if _is_tile(src) else dst.itemsize)
     reads = [src] if _is_tile(src) else []
     if rmw is not None:
         reads.append(dst)
+    for v in (src, dst):
+        if _is_tile(v):
+            reads.extend(v._index_tiles)
     launch.issue(
         instr, "dma", dma_seconds(launch.target, nbytes), reads=reads, writes=[dst], nbytes=nbytes
     )
     exact = rmw is None and _is_tile(src) and src.dtype == dst.dtype
+    if scatter_add:
+        dst.scatter_add(vals, instr, m)
+        return
     dst.write(vals, instr, m, exact=exact)
 
 

@@ -273,9 +273,44 @@ class NkiTensor:
 
     def __getitem__(self, key: Any) -> NkiTensor:
         items = self._normalize_key(key)
+        tiles = [k for k in items if isinstance(k, NkiTensor)]
+        if tiles:
+            items = self._indirect_items(items)
         if self._adv is None and not any(_is_array_like(k) for k in items):
             return self._basic_index(items)
-        return self._advanced_index(items)
+        view = self._advanced_index(items)
+        if tiles:
+            view._index_tiles = (*self._index_tiles, *tiles)
+        return view
+
+    _index_tiles: tuple[NkiTensor, ...] = ()  # SBUF tiles holding this view's indices
+
+    def _indirect_items(self, items: list[Any]) -> list[Any]:
+        """Indirect DMA: an integer SBUF tile in the index of an HBM tensor supplies dynamic
+        indices (``x[idx_tile, 0:512]`` with ``idx_tile [P, 1]`` gathers P rows). The values
+        are read when the view is made, as the DMA's descriptor generation would."""
+        out = []
+        for k in items:
+            if not isinstance(k, NkiTensor):
+                out.append(k)
+                continue
+            if not self._buf.region.is_hbm:
+                raise NKIRuleError(
+                    "unsupported",
+                    "indexing",
+                    f"only HBM tensors can be indexed by a tile (indirect DMA); {self.name} is in "
+                    f"{self._buf.region.value}",
+                )
+            if k.buffer is not MemoryRegion.sbuf:
+                raise NKIRuleError(
+                    "dma-buffer", "indexing", f"indirect DMA reads its indices from SBUF, not {k.buffer.value}"
+                )
+            if dtypes.is_float(k.dtype):
+                raise NKIRuleError(
+                    "dtype", "indexing", f"index tile {k.name} is {dtypes.name(k.dtype)}; indices are integers"
+                )
+            out.append(np.asarray(k.read("indirect index"), dtype=np.int64))
+        return out
 
     def _basic_index(self, items: list[Any]) -> NkiTensor:
         new: list[Any] = []
@@ -663,6 +698,25 @@ class _AdvancedView(NkiTensor):
     def _write_advanced(self, vals: np.ndarray, instruction: str, mask: np.ndarray | None) -> None:
         sel, idx = self._checked(instruction, mask)
         self._buf.data[idx] = vals[sel]
+
+    def scatter_add(self, vals: Any, instruction: str, mask: np.ndarray | None) -> None:
+        """``dst[idx] += vals`` with every duplicate index accumulating (the DMA engines
+        serialise duplicate offsets), rounded to the tensor's dtype afterwards."""
+        sel, idx = self._checked(instruction, mask)
+        data = self._buf.data
+        v = np.broadcast_to(np.asarray(vals, dtype=data.dtype), self.shape)[sel]
+        np.add.at(data, idx, v)
+        data[idx] = dtypes.to_storage(data[idx], self.dtype)
+        self._buf.written = True
+
+    def in_bounds(self) -> np.ndarray:
+        """Where this view's indices lie inside the view and the tensor (``oob_mode.skip``)."""
+        ok = np.ones(self.shape, dtype=bool)
+        for coords, shape in ((self._view_coords, self._view_shape), (self._adv, self._buf.shape)):
+            for c, n in zip(coords, shape, strict=True):
+                c = np.broadcast_to(c, self.shape)
+                ok &= (c >= 0) & (c < n)
+        return ok
 
     def dep_box(self) -> tuple[int, tuple[tuple[int, int], ...]]:
         buf = self._buf
