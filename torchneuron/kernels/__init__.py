@@ -7,6 +7,9 @@ on the simulated NeuronCore (eager, and as an eager node inside ``torch.compile`
   causal or full, grouped-query attention
 * :func:`layer_norm` -- ``torch.ops.torchneuron.nki_layernorm`` (+ ``nki_layernorm_bwd``)
 * :func:`swiglu_mlp` -- ``torch.ops.torchneuron.nki_swiglu_mlp`` (+ ``nki_swiglu_mlp_bwd``)
+* MoE: :func:`moe_router_topk` (``nki_moe_router``), :func:`moe_routing` (host metadata),
+  :func:`moe_permute` / :func:`moe_unpermute` (indirect-DMA gathers, ``nki_moe_permute`` /
+  ``nki_moe_unpermute``), :func:`moe_grouped_matmul` (``nki_moe_grouped_matmul``)
 * :func:`apply_rope` -- ``torch.ops.torchneuron.nki_rope`` (its own backward, inverse rotation)
 
 The raw ``@nki.jit`` kernels (``rmsnorm_fwd_kernel``, ``softmax_fwd_kernel``, ...) can be run
@@ -17,12 +20,21 @@ from __future__ import annotations
 
 from .attention import flash_attention, flash_attn_bwd_kernel, flash_attn_fwd_kernel
 from .layernorm import layer_norm, layernorm_bwd_kernel, layernorm_fwd_kernel
+from .moe import (
+    MoERouting,
+    moe_grouped_matmul,
+    moe_permute,
+    moe_router_topk,
+    moe_routing,
+    moe_unpermute,
+)
 from .rmsnorm import rms_norm, rmsnorm_bwd_kernel, rmsnorm_fwd_kernel
 from .rope import apply_rope, rope_kernel
 from .softmax import softmax, softmax_bwd_kernel, softmax_fwd_kernel
 from .swiglu import swiglu_bwd_kernel, swiglu_fwd_kernel, swiglu_mlp
 
 __all__ = [
+    "MoERouting",
     "apply_rope",
     "flash_attention",
     "flash_attn_bwd_kernel",
@@ -30,6 +42,11 @@ __all__ = [
     "layer_norm",
     "layernorm_bwd_kernel",
     "layernorm_fwd_kernel",
+    "moe_grouped_matmul",
+    "moe_permute",
+    "moe_router_topk",
+    "moe_routing",
+    "moe_unpermute",
     "rms_norm",
     "rmsnorm_bwd_kernel",
     "rmsnorm_fwd_kernel",
