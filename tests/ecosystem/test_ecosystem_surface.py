@@ -68,6 +68,17 @@ def test_transformers_training_args_pick_neuron(tmp_path):
     assert args.torch_compile_backend == "neuron"
 
 
+def test_diffusers_detection_mechanism():
+    """diffusers finds the module, then asks importlib.metadata for the version of a distribution
+    of the same name; torchneuron's distribution is named torchneuron (docs/ecosystem.md)."""
+    import importlib.metadata as md
+
+    assert importlib.util.find_spec("torch_neuronx") is not None
+    with pytest.raises(md.PackageNotFoundError):
+        md.version("torch_neuronx")
+    assert md.version("torchneuron")
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="diffusers detects TorchNeuron through the version of an installed *distribution* "
