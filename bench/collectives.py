@@ -1,8 +1,14 @@
-"""all_reduce bus bandwidth: the ``neuron`` backend on device tensors vs gloo on CPU tensors.
+"""Collective bandwidth: the ``neuron`` backend on device tensors vs gloo on CPU tensors.
 
-    python bench/collectives.py [--ranks 2 4] [--sizes-mib 1 4 16 64 256] [--iters N]
+    python bench/collectives.py [--ranks 2 4] [--sizes-mib 1 4 16 64 256] [--iters 5]
+                                [--ops all_reduce all_gather reduce_scatter]
 
-Bus bandwidth follows nccl-tests: algbw * 2 (n - 1) / n.
+For every size the three variants — gloo on CPU tensors, ``neuron`` with the cross-rank
+signature check (the default), ``neuron`` with ``TORCHNEURON_DIST_CHECK=0`` — run interleaved
+(the order rotates every iteration) so that the load of a shared machine hits all of them
+alike; each op is preceded by a barrier and the median time is reported. Bus bandwidth follows
+nccl-tests: algbw * 2 (n - 1) / n for all_reduce, algbw * (n - 1) / n for all_gather and
+reduce_scatter (algbw = bytes of the full tensor / time).
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import statistics
 import sys
 import time
 
@@ -17,25 +24,54 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+VARIANTS = ("gloo/cpu", "neuron", "neuron-nocheck")
 
-def _worker(rank, world, port, sizes, iters, q):
+
+def _busbw(op: str, nbytes: int, seconds: float, world: int) -> float:
+    factor = 2 * (world - 1) / world if op == "all_reduce" else (world - 1) / world
+    return nbytes / seconds * factor / 1e9
+
+
+def _make(op: str, n: int, world: int, dev: str):
+    if op == "all_reduce":
+        t = torch.ones(n, device=dev)
+        return lambda: dist.all_reduce(t)
+    if op == "all_gather":  # n elements in the gathered tensor
+        out, inp = torch.empty(n, device=dev), torch.ones(n // world, device=dev)
+        return lambda: dist.all_gather_into_tensor(out, inp)
+    if op == "reduce_scatter":  # n elements in the input
+        out, inp = torch.empty(n // world, device=dev), torch.ones(n, device=dev)
+        return lambda: dist.reduce_scatter_tensor(out, inp)
+    raise ValueError(op)
+
+
+def _worker(rank, world, port, ops, sizes, iters, q):
     import torchneuron.distributed  # noqa: F401
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
     dist.init_process_group("cpu:gloo,neuron:neuron", rank=rank, world_size=world)
     rows = []
-    for mib in sizes:
-        n = mib * (1 << 20) // 4
-        for label, dev in (("gloo/cpu", "cpu"), ("neuron", "neuron")):
-            t = torch.ones(n, device=dev)
-            dist.all_reduce(t)  # warm-up
-            dist.barrier()
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                dist.all_reduce(t)
-            dt = (time.perf_counter() - t0) / iters
-            bus = (mib * (1 << 20) / dt) * 2 * (world - 1) / world / 1e9
-            rows.append((world, mib, label, dt * 1e3, bus))
+    for op in ops:
+        for mib in sizes:
+            nbytes = mib * (1 << 20)
+            n = nbytes // 4
+            runs = {v: _make(op, n, world, "cpu" if v == "gloo/cpu" else "neuron") for v in VARIANTS}
+            times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+            for i in range(iters + 1):  # the first round warms up
+                order = VARIANTS[i % 3:] + VARIANTS[:i % 3]
+                for v in order:
+                    os.environ["TORCHNEURON_DIST_CHECK"] = "0" if v == "neuron-nocheck" else "1"
+                    dist.barrier()
+                    t0 = time.perf_counter()
+                    runs[v]()
+                    dt = time.perf_counter() - t0
+                    if i:
+                        times[v].append(dt)
+            del runs
+            for v in VARIANTS:
+                dt = statistics.median(times[v])
+                rows.append((op, world, mib, v, dt * 1e3, _busbw(op, nbytes, dt, world)))
     if rank == 0:
         q.put(rows)
     dist.destroy_process_group()
@@ -46,20 +82,22 @@ def main(argv=None) -> None:
     p.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
     p.add_argument("--sizes-mib", type=int, nargs="+", default=[1, 4, 16, 64, 256])
     p.add_argument("--iters", type=int, default=5)
+    p.add_argument("--ops", nargs="+", default=["all_reduce"],
+                   choices=["all_reduce", "all_gather", "reduce_scatter"])
     a = p.parse_args(argv)
     ctx = mp.get_context("spawn")
-    print(f"{'ranks':>5} {'MiB':>5} {'backend':>9} {'ms':>9} {'busbw GB/s':>11} {'vs gloo':>8}")
+    print(f"{'op':>14} {'ranks':>5} {'MiB':>5} {'backend':>15} {'ms':>9} {'busbw GB/s':>11} {'vs gloo':>8}")
     for world in a.ranks:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         q = ctx.Queue()
-        mp.spawn(_worker, args=(world, port, a.sizes_mib, a.iters, q), nprocs=world, join=True)
+        mp.spawn(_worker, args=(world, port, a.ops, a.sizes_mib, a.iters, q), nprocs=world, join=True)
         rows = q.get()
-        gloo = {(r[0], r[1]): r[4] for r in rows if r[2] == "gloo/cpu"}
-        for w, mib, label, ms, bus in rows:
-            ratio = bus / gloo[(w, mib)]
-            print(f"{w:>5} {mib:>5} {label:>9} {ms:>9.2f} {bus:>11.3f} {ratio:>8.2f}x")
+        gloo = {(r[0], r[2]): r[5] for r in rows if r[3] == "gloo/cpu"}
+        for op, w, mib, label, ms, bus in rows:
+            ratio = bus / gloo[(op, mib)]
+            print(f"{op:>14} {w:>5} {mib:>5} {label:>15} {ms:>9.2f} {bus:>11.3f} {ratio:>8.2f}x")
         sys.stdout.flush()
 
 
