@@ -95,7 +95,7 @@ def _fwd_qtile(q, out, lse, b, h, q0, nq, kT, v_sb, sk, d, scale, causal):
             pT_ps = nl.ndarray((kc, nq), nl.float32, buffer=nl.psum)
             nisa.nc_transpose(pT_ps, p[:, c0 : c0 + kc])
             pT = nl.ndarray((kc, nq), dt, buffer=nl.sbuf)
-            nisa.tensor_copy(pT, pT_ps)
+            nisa.activation(pT, nl.copy, pT_ps)  # PSUM evacuation on the Scalar Engine
             nisa.nc_matmul(pv, pT, v_sb[0:kc, (k0 + c0) // P, :])
         if neg_m is None:
             l_sum = rs
@@ -195,7 +195,7 @@ def _bwd_block(hd, kv, dq_acc, dk_ps, dv_ps, i, j, nq, nk, scale, causal):
     pm = p
     if dt != nl.float32:
         pm = nl.ndarray((nq, nk), dt, buffer=nl.sbuf)
-        nisa.tensor_copy(pm, p)
+        nisa.activation(pm, nl.copy, p)
     nisa.nc_matmul(dv_ps, pm, do_sb[0:nq, i, :])  # dV += P^T dO
     dp_ps = nl.ndarray((nq, nk), nl.float32, buffer=nl.psum)
     nisa.nc_matmul(dp_ps, doT[:, q0 : q0 + nq], vT[:, k0 : k0 + nk])  # dP = dO V^T
@@ -205,7 +205,7 @@ def _bwd_block(hd, kv, dq_acc, dk_ps, dv_ps, i, j, nq, nk, scale, causal):
     dsT_ps = nl.ndarray((nk, nq), nl.float32, buffer=nl.psum)
     nisa.nc_transpose(dsT_ps, ds)
     dsT = nl.ndarray((nk, nq), dt, buffer=nl.sbuf)
-    nisa.tensor_copy(dsT, dsT_ps)
+    nisa.activation(dsT, nl.copy, dsT_ps)  # on the Scalar Engine: the Vector Engine is the busier
     dq_ps = nl.ndarray((nq, dq_acc.shape[2]), nl.float32, buffer=nl.psum)
     nisa.nc_matmul(dq_ps, dsT, k_sb[0:nk, j, :])  # dQ += dS K
     nisa.tensor_tensor(dq_acc[0:nq, i, :], dq_acc[0:nq, i, :], dq_ps, nl.add)
