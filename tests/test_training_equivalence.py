@@ -79,3 +79,27 @@ def test_tied_weights_stay_tied():
     _train_model(m, "transformer", "neuron", 2, None, torch.optim.SGD)
     assert m.head.weight is m.tok.weight
     assert m.head.weight.data_ptr() == m.tok.weight.data_ptr()
+
+
+def test_optimizer_built_before_to_device_trains_the_model():
+    """``Module.to("neuron")`` keeps the Parameter objects (as ``.cuda()`` does), so an optimizer
+    built on the CPU parameters updates the model on the device, and moving back keeps them too."""
+    torch.manual_seed(0)
+    cpu_model = make("mlp")
+    dev_model = copy.deepcopy(cpu_model)
+    params = list(dev_model.parameters())
+    opt = torch.optim.AdamW(dev_model.parameters(), lr=1e-2)
+    dev_model.to("neuron")
+    assert all(a is b for a, b in zip(dev_model.parameters(), params, strict=True))
+    assert all(p.device.type == "neuron" for p in params)
+    cpu_opt = torch.optim.AdamW(cpu_model.parameters(), lr=1e-2)
+    x = torch.randn(8, 32)
+    for model, o, inp in ((dev_model, opt, x.to("neuron")), (cpu_model, cpu_opt, x)):
+        for _ in range(3):
+            o.zero_grad()
+            model(inp).square().mean().backward()
+            o.step()
+    for a, b in zip(dev_model.parameters(), cpu_model.parameters(), strict=True):
+        torch.testing.assert_close(a.detach().cpu(), b.detach(), rtol=1e-5, atol=1e-6)
+    dev_model.to("cpu")
+    assert all(a is b and a.device.type == "cpu" for a, b in zip(dev_model.parameters(), params, strict=True))

@@ -16,8 +16,9 @@ PyTorch's own function otherwise.
 * Dynamo: frames of the device's own kernels and runtime are never traced (they run when
   compiled code falls back to eager, and would otherwise be compiled themselves).
 * ``Module.to("neuron")``: PyTorch only swaps parameter data in place (keeping identity, so
-  tied weights stay tied) between its own dense backends; for a PrivateUse1 device it makes a
-  new Parameter per module, silently untying shared weights. The ties are restored.
+  tied weights stay tied and optimizers built earlier stay valid) between its own dense
+  backends; for a PrivateUse1 device it makes a new Parameter per module. The original
+  Parameter objects are given the moved data (``swap_tensors``), which also keeps ties.
 * printing a device tensor formats it on the host (``_tensor_str`` would otherwise run its
   float64 statistics on the device and trip the 32-bit dtype warning).
 """
@@ -168,15 +169,41 @@ def _patch_module_apply() -> None:
                     groups.setdefault(id(t), []).append((mod, name))
         return [g for g in groups.values() if len(g) > 1]
 
+    def _keep_identity(before: list[tuple[nn.Module, str, nn.Parameter]]) -> None:
+        """Parameters that crossed to or from ``neuron`` become the *same* Python objects again,
+        holding the moved data (``torch.utils.swap_tensors``), as ``param.data = ...`` keeps
+        them for PyTorch's own backends: an optimizer built before ``model.to("neuron")`` (as
+        accelerate's ``prepare(model, optimizer)`` does) keeps updating the model's parameters.
+        A parameter that cannot be swapped (e.g. one with weak references) stays a new object."""
+        done: dict[int, nn.Parameter] = {}
+        for mod, name, old in before:
+            new = mod._parameters.get(name)
+            if new is None or new is old:
+                continue
+            if id(old) in done:
+                mod._parameters[name] = done[id(old)]
+                continue
+            if not isinstance(new, nn.Parameter) or "neuron" not in (old.device.type, new.device.type) \
+                    or old.device.type == new.device.type:
+                continue
+            try:
+                torch.utils.swap_tensors(old, new)
+            except RuntimeError:
+                continue
+            mod._parameters[name] = done[id(old)] = old
+
     def _apply(self, fn, recurse=True):
         if getattr(tls, "depth", 0) or not recurse:
             return orig(self, fn, recurse)
         shared = _shared_slots(self, "param"), _shared_slots(self, "buffer")
+        before = [(mod, name, p) for mod in self.modules() for name, p in mod._parameters.items() if p is not None]
         tls.depth = 1
         try:
             result = orig(self, fn, recurse)
         finally:
             tls.depth = 0
+        _keep_identity(before)
+        del before
         for kind, groups in zip(("param", "buffer"), shared, strict=True):
             for group in groups:
                 first_mod, first_name = group[0]

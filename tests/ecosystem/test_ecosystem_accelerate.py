@@ -3,7 +3,6 @@ bit-exactly, the device's RNG state included. Multi-process launches: test_ecosy
 
 from __future__ import annotations
 
-import pytest
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -15,8 +14,6 @@ def _setup(seed: int):
 
     set_seed(seed)
     model = nn.Sequential(nn.Linear(8, 32), nn.Dropout(0.25), nn.GELU(), nn.Linear(32, 1))
-    # on the device before the optimizer is built: see test_prepare_model_and_optimizer_together_trains
-    model.to("neuron")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
     g = torch.Generator().manual_seed(0)
@@ -87,13 +84,6 @@ def test_accelerator_mixed_precision_bf16():
     assert torch.equal(out.cpu(), ref.float().cpu())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="device bug: Module.to('neuron') replaces every Parameter object, because PyTorch's "
-    "_has_compatible_shallow_copy_type() does not count PrivateUse1 as a dense backend; an "
-    "optimizer built before accelerate's prepare() (its documented pattern) then updates the "
-    "old CPU parameters and the model on neuron never trains",
-)
 def test_prepare_model_and_optimizer_together_trains():
     from accelerate import Accelerator
 
@@ -101,7 +91,11 @@ def test_prepare_model_and_optimizer_together_trains():
     model = nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     acc = Accelerator()
+    weight = model.weight
     model, opt = acc.prepare(model, opt)
+    # the optimizer built on the CPU parameters still holds the model's parameters
+    assert model.weight is weight and model.weight.device.type == "neuron"
+    assert opt.param_groups[0]["params"][0] is weight
     before = model.weight.detach().cpu().clone()
     acc.backward(model(torch.randn(8, 4, device=acc.device)).pow(2).mean())
     opt.step()

@@ -47,9 +47,6 @@ _SCRIPT = textwrap.dedent(
     acc = Accelerator()
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
-    # placed before the optimizer is built: Module.to("neuron") replaces the Parameter objects
-    # (see test_prepare_model_and_optimizer_together_trains in test_ecosystem_accelerate.py)
-    model.to(acc.device)
     opt = torch.optim.SGD(model.parameters(), lr={LR})
     g = torch.Generator().manual_seed(1)
     x = torch.randn({STEPS * PER_RANK_BATCH * WORLD}, 8, generator=g)
