@@ -14,6 +14,16 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 
 
+def needs_native_hooks():
+    """Mark for cases that need torchneuron's native device hooks (pinned memory, storage
+    resize: DDP find_unused_parameters/static_graph, FSDP2); skipped where no compiler built them."""
+    import pytest
+
+    import torchneuron.native as native
+
+    return pytest.mark.skipif(not native.available(), reason=f"native hooks: {native.status()['reason']}")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

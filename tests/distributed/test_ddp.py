@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from _launch import launch
+from _launch import launch, needs_native_hooks
 
 
 @pytest.fixture(scope="module")
@@ -17,8 +17,8 @@ def ranks():
         "ddp_basic",
         "ddp_small_buckets",
         "ddp_no_sync",
-        "ddp_find_unused",
-        "ddp_static_graph",
+        pytest.param("ddp_find_unused", marks=needs_native_hooks()),
+        pytest.param("ddp_static_graph", marks=needs_native_hooks()),
     ],
 )
 def test_ddp_matches_reference(ranks, name):
