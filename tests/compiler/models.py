@@ -34,6 +34,29 @@ class SmallCNN(nn.Module):
         return self.head(x)
 
 
+class GroupedCNN(nn.Module):
+    """Depthwise-separable and grouped convolutions (MobileNet/ShuffleNet/ResNeXt blocks),
+    a transposed convolution and a 1-D convolution."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.depthwise = nn.Conv2d(8, 8, 3, padding=1, stride=2, groups=8, bias=False)
+        self.pointwise = nn.Conv2d(8, 16, 1)
+        self.grouped = nn.Conv2d(16, 16, 3, padding=2, dilation=2, groups=4)
+        self.up = nn.ConvTranspose2d(16, 8, 3, stride=2, padding=1, output_padding=1, groups=2)
+        self.conv1d = nn.Conv1d(8, 8, 5, padding=2, groups=2)
+        self.head = nn.Linear(8, classes)
+
+    def forward(self, x):
+        x = F.relu(self.stem(x))
+        x = F.relu(self.pointwise(self.depthwise(x)))
+        x = F.relu(self.grouped(x))
+        x = F.relu(self.up(x))
+        x = self.conv1d(x.flatten(2))
+        return self.head(x.mean(2))
+
+
 class Block(nn.Module):
     def __init__(self, d, heads, dropout=0.0, sdpa=True):
         super().__init__()

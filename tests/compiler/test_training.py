@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from helpers import DEVICE, train_compare
-from models import MLP, SmallCNN, TinyLM
+from models import MLP, GroupedCNN, SmallCNN, TinyLM
 
 from torchneuron.compiler import get_metrics
 
@@ -32,6 +32,18 @@ def test_cnn_training_matches_eager():
     assert get_metrics()["graphs_compiled"] == 2
     fw = _graphs("forward")[0]
     assert fw["compiled_nodes"] > 0 and fw["regions"] >= 1
+
+
+def test_grouped_cnn_backward_compiles_whole():
+    """Convolution gradients are decomposed into convolutions: no eager node in either graph and
+    no region split (depthwise, grouped, dilated, transposed and 1-D convolutions)."""
+    torch.manual_seed(0)
+    batches = [(torch.randn(2, 3, 16, 16, device=DEVICE), torch.randint(0, 10, (2,), device=DEVICE)) for _ in range(2)]
+    train_compare(GroupedCNN(), batches, F.cross_entropy, steps=6, atol=2e-4, rtol=2e-4)
+    for g in _graphs("forward") + _graphs("backward"):
+        assert g["eager_nodes"] == 0, g["placement"]
+        assert g["split_regions"] == 0
+    assert get_metrics()["graphs_compiled"] == 2
 
 
 def _lm_batches(vocab=64, seq=16):

@@ -10,6 +10,7 @@ its dtype is one the chip computes in a narrower type (int64/float64, converted 
 
 from __future__ import annotations
 
+import re
 import subprocess
 import threading
 import time
@@ -25,9 +26,14 @@ from ..runtime.errors import NeuronRuntimeError
 from ..runtime.storage import host, wrap_host
 from . import settings
 
+BASE_FLAGS = ("--iree-llvmcpu-target-cpu=host",)
 # im2col turns convolutions into matmuls: ~4x faster ResNet-18 inference than IREE's direct
-# NCHW convolutions on this host (measured, IREE 3.13)
-BASE_FLAGS = ("--iree-llvmcpu-target-cpu=host", "--iree-global-opt-use-im2col-for-convs")
+# NCHW convolutions on this host (measured, IREE 3.13). IREE 3.13's im2col rewrite miscompiles
+# grouped convolutions (a depthwise 3x3 conv fails with "'linalg.batch_matvec' op inferred
+# input/output operand #1 has shape's dimension #0 to be 64, but found 16"), so a module with a
+# grouped convolution is compiled without it.
+IM2COL_FLAG = "--iree-global-opt-use-im2col-for-convs"
+_GROUPED_CONV = re.compile(r"(feature|batch)_group_count = (\d+)")
 # the chip computes float64 as float32 and int64 as int32 (ops/dtype_policy.py)
 DEMOTE_FLAGS = ("--iree-input-demote-f64-to-f32", "--iree-input-demote-i64-to-i32")
 _NARROW = {torch.float64: torch.float32, torch.int64: torch.int32}
@@ -41,8 +47,11 @@ def compiler_version() -> str:
     return VERSION
 
 
-def compile_flags() -> tuple[str, ...]:
-    return BASE_FLAGS if dtype_policy.exact() else BASE_FLAGS + DEMOTE_FLAGS
+def compile_flags(stablehlo: str = "") -> tuple[str, ...]:
+    """IREE flags for a module (its StableHLO text decides whether im2col is safe)."""
+    grouped = any(int(m.group(2)) > 1 for m in _GROUPED_CONV.finditer(stablehlo))
+    flags = BASE_FLAGS if grouped else BASE_FLAGS + (IM2COL_FLAG,)
+    return flags if dtype_policy.exact() else flags + DEMOTE_FLAGS
 
 
 def boundary_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -71,7 +71,7 @@ class CompiledRegion(torch.nn.Module):
             ) from err
         record.lowering_seconds += time.perf_counter() - t0
         dump.write(f"{name}.stablehlo.mlir", lowered.text_with_locations)
-        flags = compile_flags()
+        flags = compile_flags(lowered.text)
         target = state.target().name
         key = cache_key(lowered.text, compiler_version(), flags, target)
         log: list[str] = []

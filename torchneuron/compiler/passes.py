@@ -41,11 +41,13 @@ def decompositions() -> dict:
     from torch._decomp import get_decompositions
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
+    from .convolution import convolution_decompositions
     from .foreach import foreach_decompositions
 
     table = dict(get_decomposition_table())
     table.update(get_decompositions(EXTRA_DECOMPOSED))
     table.update(foreach_decompositions())
+    table.update(convolution_decompositions())
     return table
 
 
