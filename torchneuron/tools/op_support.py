@@ -337,6 +337,19 @@ def aggregate(records_file: Path) -> dict:
     return ops
 
 
+def merge(table: dict, probed: dict) -> dict:
+    """``table`` with the dtype verdicts of ``probed`` replacing its own for the dtypes probed
+    again (other dtypes and overloads keep their entries)."""
+    out = {k: dict(v) for k, v in table.items()}
+    for q, v in probed.items():
+        cur = out.setdefault(q, {"device_dtypes": [], "cpu_dtypes": [], "seen_in": []})
+        again = set(v["device_dtypes"]) | set(v["cpu_dtypes"])
+        cur["device_dtypes"] = sorted((set(cur["device_dtypes"]) - again) | set(v["device_dtypes"]))
+        cur["cpu_dtypes"] = sorted((set(cur["cpu_dtypes"]) - again) | set(v["cpu_dtypes"]))
+        cur["seen_in"] = sorted(set(cur["seen_in"]) | set(v["seen_in"]))[:5]
+    return dict(sorted(out.items()))
+
+
 def write(ops: dict, json_path: Path, md_path: Path, command: str) -> None:
     import torch_mlir  # noqa: F401 - the version is part of the provenance
 
@@ -383,6 +396,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=root / "torchneuron" / "data" / "op_support.json")
     p.add_argument("--md", type=Path, default=root / "docs" / "op_support.md")
     p.add_argument("--state", type=Path, help="working folder (resumable); default: a new temp folder")
+    p.add_argument("--merge", action="store_true",
+                   help="with --ops: re-probe those entries and update them in the existing table")
     p.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     os.environ.setdefault("TORCHNEURON_FALLBACK", "silent")
@@ -391,6 +406,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     ops = generate(samples=args.samples, only=args.ops, state_dir=args.state)
     command = "python -m torchneuron.tools.op_support" + (f" --samples {args.samples}" if args.samples != 2 else "")
+    if args.merge:
+        if not args.ops:
+            p.error("--merge needs --ops")
+        old = json.loads(args.json.read_text())
+        ops = merge(old["ops"], ops)
+        command = f"{old['meta']['command']}` then `{command} --merge --ops {' '.join(args.ops)}"
     write(ops, args.json, args.md, command)
     print(f"wrote {args.json} and {args.md}: {len(ops)} overloads")
     return 0
