@@ -241,6 +241,23 @@ def test_launch_outside_kernel():
     assert info.value.rule == "launch"
 
 
+@pytest.mark.parametrize("where", ["operand", "destination"])
+def test_gpsimd_cannot_access_psum(where):
+    def body(x):
+        ps = nl.ndarray((128, 64), nl.float32, buffer=nl.psum)
+        sb = _sb((128, 64))
+        if where == "operand":
+            nisa.affine_select(sb, [[-1, 64]], 1, ps, -1.0, cmp_op=nl.greater_equal)
+        else:
+            nisa.iota(ps, [[1, 64]])
+
+    e = _fails("gpsimd-psum", body)
+    assert "PSUM" in str(e)
+    # the same select from SBUF is fine
+    k = nki.jit(lambda x: nisa.affine_select(_sb((128, 64)), [[-1, 64]], 1, _sb((128, 64)), -1.0))
+    k(X)
+
+
 def test_every_rule_has_a_test():
     src = open(__file__).read()
     missing = [r for r in RULES if f'"{r}"' not in src.split("def test_every_rule_has_a_test")[0]]
@@ -260,3 +277,4 @@ def test_error_names_instruction_rule_and_source_line():
     msg = str(e)
     assert msg.startswith("[matmul-moving-size] nisa.nc_matmul:")
     assert f"test_rules.py:{e.lineno}" in msg
+

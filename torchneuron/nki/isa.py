@@ -174,6 +174,15 @@ def _issue(
     flops: float = 0.0,
 ) -> None:
     writes = dst if isinstance(dst, list) else [dst]
+    if eng == "gpsimd":
+        for t in (*reads, *writes):
+            if _is_tile(t) and t.buffer is MemoryRegion.psum:
+                raise NKIRuleError(
+                    "gpsimd-psum",
+                    instr,
+                    f"{t.name}{list(t.shape)} is in PSUM; the GpSimd Engine reads and writes SBUF only "
+                    "(use the Vector or Scalar Engine, or copy the tile to SBUF first)",
+                )
     for r in reads:
         if eng != "tensor":
             _psum_flags_reset(r)

@@ -27,6 +27,7 @@ RULES: dict[str, str] = {
     "matmul-output-buffer": "matmul writes its result into PSUM",
     "matmul-output-dtype": "matmul accumulates into a float32 (or bfloat16) PSUM tile",
     "compute-on-hbm": "compute engines read and write SBUF/PSUM only, never HBM",
+    "gpsimd-psum": "the GpSimd Engine cannot access PSUM",
     "dma-buffer": "DMA moves data between HBM and SBUF (not from PSUM)",
     "kernel-output-buffer": "tensors a kernel returns are allocated in shared_hbm",
     "out-of-bounds": "every access lies inside the tensor it indexes",
