@@ -7,7 +7,7 @@ masking is top-left aligned like ``F.scaled_dot_product_attention(is_causal=True
 
 Forward (FlashAttention-2 style, per 128-query tile): the score block ``S = Q K^T`` for up to
 512 keys is one ``nc_matmul`` (``Q^T`` stationary, ``K^T`` moving) into a PSUM bank; the
-diagonal blocks of a causal launch are masked with ``affine_select``; the running row max and
+diagonal blocks of a causal launch get an additive mask (built once with ``affine_select``); the running row max and
 row sum are kept in float32 and ``exp`` runs on the Scalar Engine with the row sum fused in;
 ``P V`` accumulates in PSUM over 128-key chunks (``P^T`` through a Tensor Engine transpose).
 Blocks entirely above the causal diagonal are skipped. The kernel also returns the log-sum-exp
@@ -48,20 +48,36 @@ def _load_t(dst, src, dtype):
     nisa.tensor_copy(dst, tp)
 
 
-def _causal_mask(dst, scores, q0, k0, kb):
-    """dst = scores where key k0 + f <= query q0 + p, else NEG (GpSimd affine_select)."""
-    nisa.affine_select(
-        dst,
-        pattern=[[-1, kb]],
-        channel_multiplier=1,
-        on_true_tile=scores,
-        on_false_value=NEG,
-        cmp_op=nl.greater_equal,
-        offset=q0 - k0,
-    )
+class _CausalMasks:
+    """Additive causal masks, built once per launch (one per offset): ``mask[off][p, f]`` is 0 where key
+    ``f`` may be seen by query ``p + off`` of a diagonal block and NEG where not (GpSimd
+    ``affine_select`` on an SBUF tile; the GpSimd Engine cannot read the scores in PSUM).
+    Query tiles start at multiples of 128 and key blocks at multiples of their width, so a
+    block crossing the diagonal has ``off = q0 - k0`` in {0, 128, ...} below the width."""
+
+    def __init__(self, width, causal):
+        # built at the start of the launch: off the critical path, next to the first loads
+        self.masks = {}
+        for off in nl.static_range(0, width if causal else 0, P):
+            m = nl.zeros((P, width), nl.float32, buffer=nl.sbuf)
+            nisa.affine_select(
+                m,
+                pattern=[[-1, width]],
+                channel_multiplier=1,
+                on_true_tile=m,
+                on_false_value=NEG,
+                cmp_op=nl.greater_equal,
+                offset=off,
+            )
+            self.masks[off] = m
+
+    def apply(self, dst, scores, q0, k0):
+        """dst = scores + mask (Vector Engine: reads the PSUM scores, writes SBUF)."""
+        nq, kb = dst.shape
+        nisa.tensor_tensor(dst, scores, self.masks[q0 - k0][0:nq, 0:kb], nl.add)
 
 
-def _fwd_qtile(q, out, lse, b, h, q0, nq, kT, v_sb, sk, d, scale, causal):
+def _fwd_qtile(q, out, lse, b, h, q0, nq, kT, v_sb, sk, d, scale, causal, masks):
     dt = q.dtype
     qT = nl.ndarray((d, nq), dt, buffer=nl.sbuf)
     _load_t(qT, q[b, h, q0 : q0 + nq, :], dt)
@@ -75,7 +91,7 @@ def _fwd_qtile(q, out, lse, b, h, q0, nq, kT, v_sb, sk, d, scale, causal):
         src = s_ps
         if causal and k0 + kb - 1 > q0:  # the block crosses the diagonal
             src = nl.ndarray((nq, kb), nl.float32, buffer=nl.sbuf)
-            _causal_mask(src, s_ps, q0, k0, kb)
+            masks.apply(src, s_ps, q0, k0)
         mx = nl.ndarray((nq, 1), nl.float32, buffer=nl.sbuf)
         nisa.tensor_reduce(mx, nl.max, src, axis=1, keepdims=True)
         new_neg_m = nl.ndarray((nq, 1), nl.float32, buffer=nl.sbuf)
@@ -140,13 +156,14 @@ def flash_attn_fwd_kernel(q, k, v, scale=1.0, causal=False):
     out = nl.ndarray((bsz, h_q, sq, d), q.dtype, buffer=nl.shared_hbm)
     lse = nl.ndarray((bsz, h_q, sq), nl.float32, buffer=nl.shared_hbm)
     # SPMD: program p takes (batch, kv head) pairs p, p + G, ...
+    masks = _CausalMasks(KB, causal)
     for bg in nl.affine_range(nl.program_id(0), bsz * h_kv, nl.num_programs(0)):
         b, g = bg // h_kv, bg % h_kv
         kT, v_sb = _load_kv(k, v, b, g, sk, d)
         for hq in nl.affine_range(group):
             for q0 in nl.affine_range(0, sq, P):
                 nq = min(P, sq - q0)
-                _fwd_qtile(q, out, lse, b, g * group + hq, q0, nq, kT, v_sb, sk, d, scale, causal)
+                _fwd_qtile(q, out, lse, b, g * group + hq, q0, nq, kT, v_sb, sk, d, scale, causal, masks)
     return out, lse
 
 
@@ -179,7 +196,7 @@ def _bwd_load_head(q, o, do, lse, b, h, sq, d):
     return qT, doT, q_sb, do_sb, neg_lse, delta
 
 
-def _bwd_block(hd, kv, dq_acc, dk_ps, dv_ps, i, j, nq, nk, scale, causal):
+def _bwd_block(hd, kv, dq_acc, dk_ps, dv_ps, i, j, nq, nk, scale, causal, masks):
     qT, doT, q_sb, do_sb, neg_lse, delta = hd
     kT, vT, k_sb = kv
     dt = q_sb.dtype
@@ -189,7 +206,7 @@ def _bwd_block(hd, kv, dq_acc, dk_ps, dv_ps, i, j, nq, nk, scale, causal):
     src = s_ps
     if causal and k0 + nk - 1 > q0:
         src = nl.ndarray((nq, nk), nl.float32, buffer=nl.sbuf)
-        _causal_mask(src, s_ps, q0, k0, nk)
+        masks.apply(src, s_ps, q0, k0)
     p = nl.ndarray((nq, nk), nl.float32, buffer=nl.sbuf)  # P = exp(scale * S - lse)
     nisa.activation(p, nl.exp, src, bias=neg_lse[0:nq, i : i + 1], scale=scale)
     pm = p
@@ -211,7 +228,7 @@ def _bwd_block(hd, kv, dq_acc, dk_ps, dv_ps, i, j, nq, nk, scale, causal):
     nisa.tensor_tensor(dq_acc[0:nq, i, :], dq_acc[0:nq, i, :], dq_ps, nl.add)
 
 
-def _bwd_ktile(hd, kv, dq_acc, dk_acc, dv_acc, j, sq, sk, d, scale, causal):
+def _bwd_ktile(hd, kv, dq_acc, dk_acc, dv_acc, j, sq, sk, d, scale, causal, masks):
     k0 = j * P
     nk = min(P, sk - k0)
     dk_ps = nl.ndarray((nk, d), nl.float32, buffer=nl.psum)
@@ -222,7 +239,7 @@ def _bwd_ktile(hd, kv, dq_acc, dk_acc, dv_acc, j, sq, sk, d, scale, causal):
         nq = min(P, sq - q0)
         if causal and k0 > q0 + nq - 1:
             continue  # every key of the tile is after every query of this tile
-        _bwd_block(hd, kv, dq_acc, dk_ps, dv_ps, i, j, nq, nk, scale, causal)
+        _bwd_block(hd, kv, dq_acc, dk_ps, dv_ps, i, j, nq, nk, scale, causal, masks)
         used = True
     if used:
         nisa.tensor_tensor(dk_acc[0:nk, j, :], dk_acc[0:nk, j, :], dk_ps, nl.add)
@@ -246,6 +263,7 @@ def flash_attn_bwd_kernel(do, q, k, v, o, lse, scale=1.0, causal=False):
     dq = nl.ndarray(q.shape, q.dtype, buffer=nl.shared_hbm)
     dk = nl.ndarray(k.shape, k.dtype, buffer=nl.shared_hbm)
     dv = nl.ndarray(v.shape, v.dtype, buffer=nl.shared_hbm)
+    masks = _CausalMasks(P, causal)
     for bg in nl.affine_range(nl.program_id(0), bsz * h_kv, nl.num_programs(0)):
         b, g = bg // h_kv, bg % h_kv
         kT = nl.ndarray((d, sk), k.dtype, buffer=nl.sbuf)
@@ -264,7 +282,7 @@ def flash_attn_bwd_kernel(do, q, k, v, o, lse, scale=1.0, causal=False):
             hd = _bwd_load_head(q, o, do, lse, b, h, sq, d)
             dq_acc = nl.zeros((P, nqt, d), nl.float32, buffer=nl.sbuf)
             for j in nl.sequential_range(nkt):  # dQ accumulates over the key tiles
-                _bwd_ktile(hd, kv, dq_acc, dk_acc, dv_acc, j, sq, sk, d, scale, causal)
+                _bwd_ktile(hd, kv, dq_acc, dk_acc, dv_acc, j, sq, sk, d, scale, causal, masks)
             for i in nl.affine_range(nqt):
                 n = min(P, sq - i * P)
                 _store_scaled(dq[b, h, i * P : i * P + n, :], dq_acc, i, n, d, scale, q.dtype)
