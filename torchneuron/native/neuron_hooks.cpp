@@ -31,6 +31,7 @@
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/Storage.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -109,17 +110,18 @@ struct NeuronHooks final : at::PrivateUse1HooksInterface {
     Py_INCREF(resize_);
   }
 
-  // answers of the Python hook object; `fallback` if Python is gone or the method failed
-  bool ask(const char* method, PyObject* arg, bool fallback) const {
+  // the Python hook object's answer (`device_index` < 0: no argument); `fallback` if Python
+  // is gone or the method failed, since these hooks must not throw
+  bool ask(const char* method, int device_index, bool fallback) const {
     if (!python_usable()) {
       return fallback;
     }
     PyGILState_STATE gil = PyGILState_Ensure();
-    PyObject* res = arg == nullptr ? PyObject_CallMethod(py_hooks_, method, nullptr)
-                                   : PyObject_CallMethod(py_hooks_, method, "O", arg);
+    PyObject* res = device_index < 0 ? PyObject_CallMethod(py_hooks_, method, nullptr)
+                                     : PyObject_CallMethod(py_hooks_, method, "i", device_index);
     bool answer = fallback;
     if (res == nullptr) {
-      PyErr_Clear();  // these hooks must not throw
+      PyErr_Clear();
     } else {
       int truth = PyObject_IsTrue(res);
       if (truth < 0) {
@@ -134,23 +136,13 @@ struct NeuronHooks final : at::PrivateUse1HooksInterface {
   }
 
   bool isBuilt() const override {
-    return ask("is_built", nullptr, false);
+    return ask("is_built", -1, false);
   }
   bool isAvailable() const override {
-    return ask("is_available", nullptr, false);
+    return ask("is_available", -1, false);
   }
   bool hasPrimaryContext(c10::DeviceIndex device_index) const override {
-    if (!python_usable()) {
-      return true;
-    }
-    PyGILState_STATE gil = PyGILState_Ensure();
-    PyObject* idx = PyLong_FromLong(device_index);
-    PyGILState_Release(gil);
-    bool answer = ask("has_primary_context", idx, true);
-    gil = PyGILState_Ensure();
-    Py_XDECREF(idx);
-    PyGILState_Release(gil);
-    return answer;
+    return ask("has_primary_context", std::max<int>(device_index, 0), true);
   }
 
   bool isPinnedPtr(const void* data) const override {
