@@ -124,3 +124,18 @@ def test_without_a_compiler_the_device_runs_and_the_gap_is_explained(tmp_path):
     assert lines["DEVICE"] == "[2.0, 2.0, 2.0]"
     assert lines["RESIZE"] == "NotImplementedError True"
     assert lines["WARN"] == "True True"
+
+
+def test_resize_runs_pending_adaptive_work_first():
+    # adaptive eager records `a * 3` and computes it later, into the storage's current bytes;
+    # the resize must let that work land before it copies them to the new allocation
+    import torchneuron
+    from torchneuron.runtime import lazy
+
+    with torchneuron.execution_mode("adaptive"):
+        a = torch.ones(4, device=DEV)
+        x = a * 3
+        assert lazy.FLUSH is not None  # the multiplication is still pending
+        x.untyped_storage().resize_(32)
+        grown = torch.empty(0, device=DEV).set_(x.untyped_storage(), 0, (4,), (1,))
+        assert torch.equal(grown.cpu(), torch.full((4,), 3.0))
