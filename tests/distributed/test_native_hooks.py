@@ -139,3 +139,15 @@ def test_resize_runs_pending_adaptive_work_first():
         x.untyped_storage().resize_(32)
         grown = torch.empty(0, device=DEV).set_(x.untyped_storage(), 0, (4,), (1,))
         assert torch.equal(grown.cpu(), torch.full((4,), 3.0))
+
+
+def test_cpp_callers_reach_the_hook_too():
+    # inductor.resize_storage_bytes_ (compiled FSDP2) resizes from C++, not via UntypedStorage
+    x = torch.arange(4, dtype=torch.float32).to(DEV)
+    before = _alloc()
+    torch.ops.inductor.resize_storage_bytes_(x, 0)
+    assert x.untyped_storage().nbytes() == 0 and _alloc() == before - 16
+    torch.ops.inductor.resize_storage_bytes_(x, 16)
+    assert _alloc() == before
+    x.copy_(torch.full((4,), 7.0).to(DEV))
+    assert torch.equal(x.cpu(), torch.full((4,), 7.0))
