@@ -184,6 +184,35 @@ VIEW_OPS = (
 
 
 # ---- metadata-changing in-place ops -----------------------------------------------------------
+def _meta_inplace_view(op):
+    """``as_strided_``, ``transpose_`` …: new geometry for the tensor itself, no bytes touched.
+
+    The Meta kernel sets the sizes and strides (as every backend's kernel does); this also
+    serves tensors that have no device memory, such as the wrappers AOTAutograd's
+    functionalisation re-strides while tracing. Recorded work (adaptive eager) is flushed
+    first: it was recorded against the old geometry."""
+    handle = op._handle
+
+    def kernel(*args, **kwargs):
+        if lazy.FLUSH is not None:
+            lazy.FLUSH()
+        return handle.redispatch_boxed(_META, *args, **kwargs)
+
+    return kernel
+
+
+INPLACE_VIEW_OPS = (
+    aten.as_strided_.default,
+    aten.detach_.default,
+    aten.squeeze_.default,
+    aten.squeeze_.dim,
+    aten.squeeze_.dims,
+    aten.unsqueeze_.default,
+    aten.transpose_.default,
+    aten.t_.default,
+)
+
+
 def resize_(self: torch.Tensor, size, memory_format=None) -> torch.Tensor:
     size = list(size)
     if any(s < 0 for s in size):

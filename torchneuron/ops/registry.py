@@ -105,11 +105,13 @@ def install() -> None:
         for name, fn in table.items():
             impl.impl(name, fn, "PrivateUse1")
             dedicated.add(name)
-    for op in memory_ops.VIEW_OPS:
-        overload = op._overloadname
-        name = op._schema.name.split("::", 1)[1] + ("" if overload == "default" else f".{overload}")
-        impl.impl(name, memory_ops._meta_view(op), "PrivateUse1")
-        dedicated.add(name)
+    for ops, make in ((memory_ops.VIEW_OPS, memory_ops._meta_view),
+                      (memory_ops.INPLACE_VIEW_OPS, memory_ops._meta_inplace_view)):
+        for op in ops:
+            overload = op._overloadname
+            name = op._schema.name.split("::", 1)[1] + ("" if overload == "default" else f".{overload}")
+            impl.impl(name, make(op), "PrivateUse1")
+            dedicated.add(name)
     for qualname, name, op in _aten_overloads():
         if name in dedicated or not _wants_generic(qualname, op):
             continue
