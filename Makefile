@@ -10,7 +10,7 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,compile,ecosystem]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,compile,ecosystem,zoo]'
 	$(PY) -m torchneuron.native build || echo "warning: native device hooks not built (see docs/distributed.md)"
 	touch $(STAMP)
 

@@ -62,7 +62,10 @@ def _run_cache(ns: argparse.Namespace) -> int:
 
 
 def _add_sweep(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--suite", default="torchvision", help="comma-separated: torchvision,transformers")
+    p.add_argument("--suite", default="torchvision",
+                   help="comma-separated: torchvision (classification), torchvision_detection, "
+                        "torchvision_segmentation, torchvision_video, torchvision_optical_flow, timm, "
+                        "transformers; 'all' for every suite")
     p.add_argument("--modes", default="eager", help="comma-separated: eager,compile,adaptive")
     p.add_argument("--limit", type=int, help="first N models per suite (after --filter/--shard)")
     p.add_argument("--shard", help="i/n: every n-th model starting at i (0-based)")
@@ -73,9 +76,11 @@ def _add_sweep(p: argparse.ArgumentParser) -> None:
 
 
 def _run_sweep(ns: argparse.Namespace) -> int:
+    from .sweep import SUITES
     from .sweep.sweep import run_sweep
 
-    recs = run_sweep(ns.suite.split(","), ns.modes.split(","), ns.out, limit=ns.limit, shard=ns.shard,
+    suites = list(SUITES) if ns.suite == "all" else ns.suite.split(",")
+    recs = run_sweep(suites, ns.modes.split(","), ns.out, limit=ns.limit, shard=ns.shard,
                      filter_=ns.filter, timeout=ns.timeout, quiet=ns.quiet)
     n = {k: sum(r["status"] == k for r in recs) for k in ("pass", "fail", "skip")}
     print(f"{len(recs)} new records in {ns.out}: {n['pass']} pass, {n['fail']} fail, {n['skip']} skip")

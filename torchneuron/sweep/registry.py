@@ -1,15 +1,55 @@
 """Model builders per suite.
 
 A *case* is built from its name alone (so a worker subprocess can rebuild it): ``build(suite,
-name)`` returns ``(model, example_inputs)`` where ``example_inputs`` is a dict of keyword
-arguments (CPU tensors).  Sizes are reduced so a whole suite runs on a 2-core machine.
+name)`` returns a :class:`Case` -- the model, its example inputs (a dict of keyword arguments,
+CPU tensors) and, where the default check does not fit the model, what to compare and which loss
+to train.  Sizes are reduced so a whole suite runs on a 2-core machine.
+
+Suites: ``torchvision`` (classification), ``torchvision_detection``, ``torchvision_segmentation``,
+``torchvision_video``, ``torchvision_optical_flow``, ``timm`` (one architecture per timm model
+module) and ``transformers`` (one base model per ``model_type``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import re
+from collections.abc import Callable
 
 import torch
+
+
+@dataclasses.dataclass
+class Case:
+    """One model to check.
+
+    * ``inputs``: keyword arguments of the eval forward (compared CPU vs device).
+    * ``train_inputs``: keyword arguments of the training step (default: ``inputs``).
+    * ``loss``: ``"square"`` -- mean of the squared floating-point outputs; ``"sum"`` -- the model
+      returns a dict of losses in train mode (torchvision detection), their sum is trained.
+    * ``compare``: ``compare(model, inputs) -> outputs``; what is compared CPU vs device when the
+      model's own eval output is data-dependent (detection: everything computed before the first
+      top-k / NMS / score threshold).  The full eval forward still runs on the device
+      (``full_eval``) and its output structure is checked.
+    * ``family``: the report's family (timm module, torchvision architecture, transformers
+      ``model_type``).
+    """
+
+    model: torch.nn.Module
+    inputs: dict
+    train_inputs: dict | None = None
+    loss: str = "square"
+    compare: Callable | None = None
+    full_eval: bool = True
+    family: str | None = None
+
+
+def tv_family(name: str) -> str:
+    """torchvision architecture family: ``resnet18`` -> ``resnet``, ``mobilenet_v3_small`` -> ``mobilenet_v3``."""
+    name = name.replace("wide_resnet", "wideresnet")
+    m = re.match(r"[a-z]+(?:_v\d)?", name)
+    return m.group(0) if m else name
 
 # ----------------------------------------------------------------------------- torchvision
 
@@ -45,7 +85,231 @@ def build_torchvision(name: str):
         size = 64
     model = torchvision.models.get_model(name, **kwargs)
     x = torch.randn(2, 3, size, size)
-    return model, {"x": x}
+    return Case(model, {_first_arg(model): x}, family=tv_family(name))
+
+
+def _first_arg(model) -> str:
+    return next(iter(inspect.signature(model.forward).parameters))
+
+
+def _tv_names(module: str) -> Callable[[], list[str]]:
+    def names() -> list[str]:
+        import importlib
+
+        import torchvision
+
+        return sorted(torchvision.models.list_models(module=importlib.import_module(f"torchvision.models.{module}")))
+
+    return names
+
+
+# detection: 2 images, min/max size pinned small (RCNN/RetinaNet/FCOS resize to min_size=800 by
+# default); SSD and SSDlite have a fixed 300/320 input.  Targets in image coordinates.
+_DET_SIZE = 64
+_DET_FIXED = {"ssd300_vgg16": 300, "ssdlite320_mobilenet_v3_large": 320}
+
+
+def _det_targets(size: int, name: str) -> list[dict]:
+    s = size / 64.0
+    out = []
+    for i, (boxes, labels) in enumerate((([[4, 6, 40, 44], [20, 12, 60, 50]], [1, 3]),
+                                          ([[8, 8, 30, 56]], [2]))):
+        b = torch.tensor(boxes, dtype=torch.float32) * s
+        t = {"boxes": b, "labels": torch.tensor(labels, dtype=torch.int64)}
+        if name.startswith("maskrcnn"):
+            masks = torch.zeros(len(boxes), size, size, dtype=torch.uint8)
+            for j, (x0, y0, x1, y1) in enumerate(b.round().long().tolist()):
+                masks[j, y0:y1, x0:x1] = 1
+            t["masks"] = masks
+        if name.startswith("keypointrcnn"):
+            g = torch.Generator().manual_seed(i)
+            kp = torch.zeros(len(boxes), 17, 3)
+            for j, (x0, y0, x1, y1) in enumerate(b.tolist()):
+                kp[j, :, 0] = x0 + (x1 - x0) * torch.rand(17, generator=g)
+                kp[j, :, 1] = y0 + (y1 - y0) * torch.rand(17, generator=g)
+                kp[j, :, 2] = 1
+            t["keypoints"] = kp
+        out.append(t)
+    return out
+
+
+def _det_dense(model, images):
+    """Everything a detector computes before its first data-dependent selection: the transformed
+    batch, the backbone (+FPN) features and the dense head outputs (RPN objectness and box deltas
+    for the R-CNNs; class logits, box regression (and centerness) for RetinaNet, FCOS and SSD)."""
+    from collections import OrderedDict
+
+    batch, _ = model.transform(images)
+    feats = model.backbone(batch.tensors)
+    if isinstance(feats, torch.Tensor):
+        feats = OrderedDict([("0", feats)])
+    out = {"images": batch.tensors, "features": list(feats.values())}
+    fl = list(feats.values())
+    if hasattr(model, "rpn"):
+        out["rpn"] = model.rpn.head(fl)
+    elif hasattr(model, "head"):
+        out["head"] = model.head(fl)
+    return out
+
+
+def build_tv_detection(name: str):
+    import torchvision
+
+    kwargs: dict = {"weights": None, "weights_backbone": None, "num_classes": 10}
+    size = _DET_FIXED.get(name, _DET_SIZE)
+    if name not in _DET_FIXED:
+        kwargs.update(min_size=size, max_size=size)
+    # at most 8 detections per image: random weights score every box alike, and Keypoint R-CNN's
+    # eval post-processing (per-detection heatmap upsampling) would dominate the run otherwise
+    if "rcnn" in name:
+        kwargs["box_detections_per_img"] = 8
+    else:
+        kwargs["detections_per_img"] = 8
+    model = torchvision.models.get_model(name, **kwargs)
+    g = torch.Generator().manual_seed(0)
+    images = [torch.rand(3, size, size, generator=g) for _ in range(2)]
+    return Case(model, {"images": images}, train_inputs={"images": images, "targets": _det_targets(size, name)},
+                loss="sum", compare=lambda m, inp: _det_dense(m, inp["images"]), family=tv_family(name))
+
+
+def build_tv_segmentation(name: str):
+    import torchvision
+
+    model = torchvision.models.get_model(name, weights=None, weights_backbone=None, num_classes=10)
+    return Case(model, {_first_arg(model): torch.randn(2, 3, 64, 64)}, family=tv_family(name))
+
+
+# video: (B, C, T, H, W); MViT's positional embedding is sized for its input (spatial_size,
+# temporal_size); S3D ends in a fixed (2, 7, 7) average pool, so it needs 16 x 224 x 224.
+def build_tv_video(name: str):
+    import torchvision
+
+    kwargs: dict = {"weights": None, "num_classes": 10}
+    shape = (2, 3, 4, 32, 32)
+    if name.startswith("mvit"):
+        kwargs.update(spatial_size=(64, 64), temporal_size=4)
+        shape = (2, 3, 4, 64, 64)
+    elif name.startswith("swin3d"):
+        shape = (2, 3, 4, 56, 56)
+    elif name == "s3d":
+        shape = (1, 3, 16, 224, 224)
+    model = torchvision.models.get_model(name, **kwargs)
+    return Case(model, {_first_arg(model): torch.randn(*shape)}, family=tv_family(name))
+
+
+def build_tv_optical_flow(name: str):
+    import torchvision
+
+    model = torchvision.models.get_model(name, weights=None)
+    g = torch.Generator().manual_seed(0)
+    # the correlation pyramid needs feature maps of >= 16 x 16 at 1/8 resolution: 128 x 128 images
+    im1, im2 = (torch.rand(1, 3, 128, 128, generator=g) * 2 - 1 for _ in range(2))
+    # RAFT refines the flow iteratively (12 updates by default); 2 updates cover the recurrent step
+    return Case(model, {"image1": im1, "image2": im2, "num_flow_updates": 2}, family=tv_family(name))
+
+
+# ----------------------------------------------------------------------------- timm
+
+# input edge lengths tried in order; the first one the model runs on (on CPU) is used
+_TIMM_SIZES = (64, 96, 128, 160, 192, 224, 256, 288, 320, 384)
+
+
+def _timm_cache_path() -> str:
+    import os
+
+    import timm
+
+    root = os.environ.get("TORCHNEURON_SWEEP_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "torchneuron", "sweep")
+    return os.path.join(root, f"timm-{timm.__version__}-smallest.json")
+
+
+def _timm_param_count(name: str) -> int | None:
+    import timm
+
+    try:
+        with torch.device("meta"):
+            model = timm.create_model(name, pretrained=False, num_classes=10)
+        return sum(p.numel() for p in model.parameters())
+    except Exception:  # noqa: BLE001 -- a variant that does not build is not a candidate
+        return None
+
+
+def timm_smallest() -> dict[str, str]:
+    """timm model module -> its smallest architecture (fewest parameters at 10 classes, counted on
+    the meta device; ties broken by name).  Cached per timm version (a few minutes to compute)."""
+    import json
+    import os
+    import sys
+
+    import timm
+
+    path = _timm_cache_path()
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        pass
+    print(f"timm: counting parameters of {len(timm.list_models())} architectures (cached in {path})",
+          file=sys.stderr, flush=True)
+    out: dict[str, str] = {}
+    for module in sorted(timm.list_modules()):
+        sized = [(n, _timm_param_count(n)) for n in timm.list_models(module=module)]
+        sized = [(c, n) for n, c in sized if c]
+        if sized:
+            out[module] = min(sized)[1]
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump(out, f, indent=0, sort_keys=True)
+    os.replace(path + ".tmp", path)
+    return out
+
+
+def timm_names() -> list[str]:
+    return sorted(timm_smallest().values())
+
+
+def timm_family(name: str) -> str:
+    from timm.models import _registry
+
+    return _registry._model_to_module.get(name, name)
+
+
+def build_timm(name: str):
+    import timm
+
+    cfg = timm.get_pretrained_cfg(name)
+    default = tuple(cfg.input_size[1:]) if cfg is not None else (224, 224)
+    min_size = max(cfg.min_input_size[1:]) if cfg is not None and cfg.min_input_size else 0
+    fixed = bool(cfg is not None and cfg.fixed_input_size)
+    sizes = [s for s in _TIMM_SIZES if min_size <= s < max(default)] + [None]  # None: the default size
+    first: Exception | None = None
+    # a family whose smallest variant is still large (ViT-B/L-sized encoders): 2 blocks, as for
+    # transformers, where the architecture takes a ``depth``
+    reduce = (_timm_param_count(name) or 0) > MAX_PARAMS
+    for size in sizes:
+        kwargs: dict = {"pretrained": False, "num_classes": 10}
+        if reduce:
+            kwargs["depth"] = 2
+        if size is not None and fixed:
+            kwargs["img_size"] = size  # position embeddings / windows sized for the input
+        hw = default if size is None else (size, size)
+        try:
+            torch.manual_seed(0)
+            try:
+                model = timm.create_model(name, **kwargs).eval()
+            except TypeError:  # no ``depth`` argument: the variant as defined
+                if not kwargs.pop("depth", None):
+                    raise
+                model = timm.create_model(name, **kwargs).eval()
+            x = torch.randn(2, 3, *hw)
+            with torch.no_grad():
+                model(x)
+            return Case(model, {_first_arg(model): x}, family=timm_family(name))
+        except Exception as exc:  # noqa: BLE001 -- try the next size
+            first = first or exc
+    assert first is not None
+    raise first
 
 
 # ----------------------------------------------------------------------------- transformers
@@ -263,6 +527,11 @@ def build_selftest(name: str):
 
 _SUITES = {
     "torchvision": (torchvision_names, build_torchvision),
+    "torchvision_detection": (_tv_names("detection"), build_tv_detection),
+    "torchvision_segmentation": (_tv_names("segmentation"), build_tv_segmentation),
+    "torchvision_video": (_tv_names("video"), build_tv_video),
+    "torchvision_optical_flow": (_tv_names("optical_flow"), build_tv_optical_flow),
+    "timm": (timm_names, build_timm),
     "transformers": (transformers_names, build_transformers),
     "_selftest": (_selftest_names, build_selftest),  # tests only; not in SUITES
 }
@@ -272,5 +541,11 @@ def list_models(suite: str) -> list[str]:
     return _SUITES[suite][0]()
 
 
-def build(suite: str, name: str):
-    return _SUITES[suite][1](name)
+def build(suite: str, name: str) -> Case:
+    case = _SUITES[suite][1](name)
+    if not isinstance(case, Case):
+        model, inputs = case
+        case = Case(model, inputs)
+    if case.family is None:
+        case.family = name
+    return case

@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import html
 import os
-import re
 from collections import Counter, defaultdict
 
 from . import results
 
 
 def family(rec: dict) -> str:
-    if rec["suite"] == "torchvision":
-        m = re.match(r"[a-z]+(?:_v\d)?", rec["model"].replace("wide_resnet", "wideresnet"))
-        return m.group(0) if m else rec["model"]
+    """The record's family (set by the registry); older records: derived from the model name."""
+    if rec.get("family"):
+        return rec["family"]
+    if rec["suite"].startswith("torchvision"):
+        from .registry import tv_family
+
+        return tv_family(rec["model"])
     return rec["model"]
 
 

@@ -33,7 +33,11 @@ def _flatten(out) -> list:
     return []
 
 
-def _loss(out):
+def _loss(out, kind: str = "square"):
+    if kind == "sum":  # torchvision detection in train mode: a dict of losses
+        if not isinstance(out, dict) or not out:
+            raise RuntimeError(f"expected a dict of losses in train mode, got {type(out).__name__}")
+        return sum(v.float() for v in out.values())
     ts = [t for t in _flatten(out) if t.is_floating_point() and t.requires_grad]
     if not ts:
         raise RuntimeError("model output has no differentiable floating-point tensor")
@@ -44,9 +48,16 @@ def _loss(out):
 
 
 def _to(obj, device):
+    """Move the tensors in nested dicts/lists/tuples to ``device``."""
     import torch
 
-    return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in obj.items()}
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {k: _to(v, device) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to(v, device) for v in obj)
+    return obj
 
 
 def _first_line(exc: BaseException) -> str:
@@ -62,6 +73,75 @@ def _classify(exc: BaseException, stage: str) -> str:
             or "could not run" in text or "no kernel" in text or "does not support" in text:
         return "missing op"
     return "crash"
+
+
+# random ops whose values feed the compared outputs (ViT-MAE's masking noise, ViLT's patch
+# sampling, VITS' duration noise ...): the device's generator is not the CPU's, so during the
+# compared forwards these run on the host generator (same seed, same stream) and the result is
+# moved to the device.  The training step uses the device's own generator.
+_RANDOM_FUNCS = {
+    "rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "bernoulli",
+    "multinomial", "normal", "poisson", "uniform_", "normal_", "bernoulli_", "exponential_", "random_",
+    "geometric_", "log_normal_", "cauchy_",
+}
+
+
+def _host_rng_mode():
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    def on_device(v) -> bool:
+        if isinstance(v, torch.Tensor):
+            return v.device.type == "neuron"
+        if isinstance(v, (torch.device, str)):
+            return torch.device(v).type == "neuron"
+        if isinstance(v, (list, tuple)):
+            return any(on_device(x) for x in v)
+        return False
+
+    def host(v):
+        if isinstance(v, torch.Tensor):
+            return v.cpu()
+        if isinstance(v, (list, tuple)):
+            return type(v)(host(x) for x in v)
+        return v
+
+    class HostRNG(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            name = getattr(func, "__name__", "")
+            if name not in _RANDOM_FUNCS or not (on_device(args) or on_device(kwargs.get("device"))
+                                                 or on_device(list(kwargs.values()))):
+                return func(*args, **kwargs)
+            hargs = host(args)
+            hkw = {k: ("cpu" if k == "device" else host(v)) for k, v in kwargs.items()}
+            out = func(*hargs, **hkw)
+            if name.endswith("_") and args and isinstance(args[0], torch.Tensor):  # in place
+                with torch.no_grad():
+                    args[0].copy_(hargs[0])
+                return args[0]
+            return _to(out, "neuron")
+
+    return HostRNG()
+
+
+def _finite(ts) -> bool:
+    import torch
+
+    return all(bool(torch.isfinite(t).all()) for t in ts if t.is_floating_point() and t.numel())
+
+
+def _structure(out):
+    """The shape of an output that is not compared value by value (detections): types, lengths, keys."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return "T"
+    if isinstance(out, dict):
+        return {k: _structure(v) for k, v in out.items()}
+    if isinstance(out, (list, tuple)):
+        return [_structure(v) for v in out]
+    return type(out).__name__
 
 
 def check(suite: str, name: str, mode: str, *, rtol: float = 1e-3, atol: float = 1e-3) -> dict:
@@ -80,11 +160,16 @@ def check(suite: str, name: str, mode: str, *, rtol: float = 1e-3, atol: float =
     torch.neuron.reset_peak_memory_stats()
     try:
         torch.manual_seed(0)
-        model, inputs = registry.build(suite, name)
+        case = registry.build(suite, name)
+        rec["family"] = case.family
+        model, inputs = case.model, case.inputs
+        compare = case.compare or (lambda m, inp: m(**inp))
         model.eval()
         stage = "cpu reference"
-        with torch.no_grad():
-            ref = [t.detach().float() for t in _flatten(model(**inputs)) if t.is_floating_point()]
+        with torch.no_grad(), _host_rng_mode():
+            torch.manual_seed(0)
+            ref = [t.detach().float() for t in _flatten(compare(model, inputs)) if t.is_floating_point()]
+            ref_full = model(**inputs) if case.compare is not None and case.full_eval else None
         stage = "to device"
         dev_model = copy.deepcopy(model)
         torchneuron.clear_op_tracking()
@@ -100,8 +185,10 @@ def check(suite: str, name: str, mode: str, *, rtol: float = 1e-3, atol: float =
             torchneuron.adaptive.reset_metrics()
             torchneuron.set_execution_mode("adaptive")
         stage = "compile" if mode == "compile" else "forward"
-        with torch.no_grad():
-            got = [t.detach().float().cpu() for t in _flatten(run(**dev_inputs)) if t.is_floating_point()]
+        with torch.no_grad(), _host_rng_mode():
+            torch.manual_seed(0)
+            got = [t.detach().float().cpu() for t in _flatten(compare(run, dev_inputs)) if t.is_floating_point()]
+            got_full = run(**dev_inputs) if ref_full is not None else None
         stage = "numerics"
         if len(got) != len(ref):
             raise AssertionError(f"output count differs: neuron {len(got)} vs cpu {len(ref)}")
@@ -118,12 +205,33 @@ def check(suite: str, name: str, mode: str, *, rtol: float = 1e-3, atol: float =
                 if not torch.allclose(g, r, rtol=rtol, atol=atol * scale, equal_nan=True):
                     rec["max_abs_err"] = e
                     raise AssertionError(f"outputs differ from CPU: max abs err {e:.3g} (scale {scale:.3g})")
+        if got_full is not None:  # data-dependent outputs (detections): structure and finiteness only
+            full = _to(got_full, "cpu")
+            if _structure(full) != _structure(ref_full):
+                raise AssertionError(f"eval output structure differs: neuron {_structure(full)} vs cpu {_structure(ref_full)}"[:300])
+            if not _finite(_flatten(full)):
+                raise AssertionError("eval output has non-finite values on neuron")
         rec["max_abs_err"] = err
         stage = "compile" if mode == "compile" else "train step"
+        train_inputs = _to(case.train_inputs, "neuron") if case.train_inputs is not None else dev_inputs
         dev_model.train()
         opt = torch.optim.SGD(dev_model.parameters(), lr=1e-3)
         opt.zero_grad()
-        _loss(run(**dev_inputs)).backward()
+        try:
+            loss = _loss(run(**train_inputs), case.loss)
+            loss.backward()
+            if not _finite([loss.detach().cpu()]):
+                raise FloatingPointError(f"training loss is {float(loss)} on neuron")
+        except Exception as exc:
+            # a training step the recipe cannot run on CPU either (e.g. a model that needs labels
+            # in train mode) is a skip; anything that only fails on the device stays a failure
+            cpu_err = _cpu_train_error(model, case)
+            if cpu_err is not None:
+                stage = "cpu train step"
+                raise cpu_err from exc
+            if isinstance(exc, FloatingPointError):
+                stage = "numerics"
+            raise
         opt.step()
         torch.neuron.synchronize() if hasattr(torch.neuron, "synchronize") else None
         if mode == "adaptive":
@@ -137,9 +245,9 @@ def check(suite: str, name: str, mode: str, *, rtol: float = 1e-3, atol: float =
     except Exception as exc:  # noqa: BLE001 -- every failure becomes a record
         if mode == "adaptive":
             torchneuron.set_execution_mode("eager")
-        if stage in ("build", "cpu reference"):
+        if stage in ("build", "cpu reference", "cpu train step"):
             rec["status"] = "skip"  # does not run on CPU either: not counted against the device
-            rec["cause"] = stage
+            rec["cause"] = "cpu reference" if stage == "cpu train step" else stage
         elif stage == "numerics":
             rec["cause"] = "numerics"
         else:
@@ -156,6 +264,23 @@ def check(suite: str, name: str, mode: str, *, rtol: float = 1e-3, atol: float =
             pass
         rec["seconds"] = round(time.perf_counter() - t0, 3)
     return rec
+
+
+def _cpu_train_error(model, case) -> Exception | None:
+    """The error of the same training step on CPU (on a copy), or None if it runs there."""
+    import torch
+
+    try:
+        m = copy.deepcopy(model).train()
+        inputs = case.train_inputs if case.train_inputs is not None else case.inputs
+        torch.manual_seed(0)
+        loss = _loss(m(**inputs), case.loss)
+        loss.backward()
+        if not bool(torch.isfinite(loss.detach())):
+            return FloatingPointError(f"training loss is {float(loss)} on CPU too")
+    except Exception as exc:  # noqa: BLE001
+        return exc
+    return None
 
 
 # ----------------------------------------------------------------------------- worker process
