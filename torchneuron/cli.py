@@ -61,6 +61,21 @@ def _run_cache(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _add_check(p: argparse.ArgumentParser) -> None:
+    p.add_argument("script", help="a Python script to run on the simulated NeuronCore (options of "
+                                  "`check` go before it; everything after it goes to the script)")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+    p.add_argument("--default-device", help="torch.set_default_device() while the script runs (e.g. neuron)")
+    p.add_argument("--top", type=int, default=15, help="fallback ops shown")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+
+def _run_check(ns: argparse.Namespace) -> int:
+    from .sweep.check import check_script
+
+    return check_script(ns.script, ns.args, default_device=ns.default_device, top=ns.top, as_json=ns.json)
+
+
 def _add_sweep(p: argparse.ArgumentParser) -> None:
     p.add_argument("--suite", default="torchvision",
                    help="comma-separated: torchvision (classification), torchvision_detection, "
@@ -105,6 +120,8 @@ def _run_sweep_report(ns: argparse.Namespace) -> int:
 
 
 COMMANDS: dict = {
+    "check": ("run a script on the simulated device; report op placement, fallbacks (with call sites) "
+              "and compile/graph-break counts", _add_check, _run_check),
     "cache": ("list, summarise or clear the compiled-executable cache (TORCHNEURON_CACHE_DIR)", _add_cache, _run_cache),
     "estimate": ("estimate a script's steps on the target with the Trainium cost model", _add_estimate, _run_estimate),
     "profile-report": ("render a profile trace to an HTML report with plots", _add_profile_report, _run_profile_report),
