@@ -10,9 +10,10 @@ PyTorch's own function otherwise.
   ``storage.clone()`` and so ``copy.deepcopy``): PyTorch allocates it with the device's C++
   allocator, which a Python backend cannot provide (the process would crash); for ``neuron``
   the storage comes from the device allocator instead.
-* ``Tensor.pin_memory()`` while ``neuron`` is the accelerator: page-locked staging memory
-  needs a C++ pinned allocator; the simulated device's memory *is* host memory, so a plain
-  host copy is what pinning would achieve (DataLoader's ``pin_memory=True`` keeps working).
+* ``Tensor.pin_memory()`` while ``neuron`` is the accelerator and the native hooks
+  (``torchneuron.native``, which provide a pinned allocator) are not built: page-locked staging
+  memory needs a C++ pinned allocator; the simulated device's memory *is* host memory, so a
+  plain host copy is what pinning would achieve (DataLoader's ``pin_memory=True`` keeps working).
 * Dynamo: frames of the device's own kernels and runtime are never traced (they run when
   compiled code falls back to eager, and would otherwise be compiled themselves).
 * ``Module.to("neuron")``: PyTorch only swaps parameter data in place (keeping identity, so
