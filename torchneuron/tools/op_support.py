@@ -59,8 +59,12 @@ def _node_supported(node: fx.Node) -> bool:
     torch-mlir can abort the process on some inputs (an LLVM fatal error): the key being probed
     is written to ``pending`` first, so the parent process can mark it unsupported and resume.
     """
-    from torchneuron.compiler.lowering import _key
+    from torchneuron.compiler.lowering import _key, crashes_lowering
 
+    if crashes_lowering(node):
+        # a property of this sample (a ``dim`` on a 0-d tensor), not of the overload and dtypes:
+        # caching it under the overload's key would judge every later sample by it
+        return False
     key = repr(_key(node))
     hit = _verdicts.get(key)
     if hit is None:
