@@ -1,5 +1,7 @@
-"""The model sweep: a fixed small slice end to end (worker subprocess, resume, report), plus the
-worker's containment of hangs and crashes and the report/results helpers."""
+"""The model sweep: the CI slice -- a fixed 20-model mix of torchvision (classification,
+detection, segmentation, video, optical flow), timm and transformers, each of which must pass in
+eager mode on the device -- end to end (worker subprocess, resume, report), plus the worker's
+containment of hangs and crashes and the report/results helpers."""
 
 from __future__ import annotations
 
@@ -10,30 +12,36 @@ from torchneuron.sweep import report, results
 from torchneuron.sweep.sweep import run_sweep, select
 
 pytest.importorskip("transformers")
+pytest.importorskip("timm")
 
 SLICE = {
     "torchvision": ["mobilenet_v3_small", "resnet18", "squeezenet1_1"],
-    "transformers": ["bert", "gpt2", "llama"],
+    "torchvision_detection": ["fcos_resnet50_fpn"],
+    "torchvision_segmentation": ["fcn_resnet50"],
+    "torchvision_video": ["r3d_18"],
+    "torchvision_optical_flow": ["raft_small"],
+    "timm": ["test_vit", "levit_128s", "test_efficientnet", "test_convnext", "mobilevit_xxs"],
+    "transformers": ["bert", "gpt2", "llama", "t5", "vit", "wav2vec2", "clip"],
 }
+N_SLICE = sum(map(len, SLICE.values()))
 FIELDS = {"model", "suite", "mode", "status", "cause", "error", "fallback_ops", "seconds", "peak_bytes"}
 
 
 @pytest.fixture(scope="module")
 def slice_results(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("sweep") / "results.jsonl")
-    recs = []
-    for suite, models in SLICE.items():
-        recs += run_sweep([suite], ["eager"], out, models=models, timeout=120, quiet=True)
+    recs = run_sweep(list(SLICE), ["eager"], out, models=SLICE, timeout=120, quiet=True)  # one worker
     return out, recs
 
 
 def test_slice_records(slice_results):
     out, recs = slice_results
-    assert len(recs) == 6
+    assert N_SLICE == 20 and len(recs) == N_SLICE
     for r in recs:
         assert FIELDS <= r.keys(), r
         assert r["mode"] == "eager"
-        assert r["status"] == "pass", r  # these six run on the device today
+        assert r["status"] == "pass", r  # every model of the slice runs on the device today
+        assert r["max_abs_err"] is not None, r  # compared against CPU
         assert r["peak_bytes"] > 0 and r["seconds"] > 0
         assert isinstance(r["fallback_ops"], dict)
     assert {(r["suite"], r["model"]) for r in results.load(out)} == {
@@ -52,7 +60,10 @@ def test_slice_report(slice_results, tmp_path, capsys):
     text = md.read_text()
     assert "| suite | mode | passed | total |" in text
     assert "| torchvision | eager | 3 | 3 |" in text
-    assert "| transformers | eager | 3 | 3 |" in text
+    assert "| timm | eager | 5 | 5 |" in text
+    assert "| transformers | eager | 7 | 7 |" in text
+    assert "| torchvision_detection | fcos | eager | 1 | 1 | 0 |" in text  # per family
+    assert "| timm | vision_transformer | eager | 1 | 1 | 0 |" in text
     assert "<table>" in html.read_text()
     assert "| torchvision | eager | 3 | 3 |" in capsys.readouterr().out
 

@@ -319,7 +319,7 @@ _REDUCE = {
     # widths
     "hidden_size": 64, "d_model": 64, "n_embd": 64, "dim": 64, "embed_dim": 64, "d_embed": 64,
     "embedding_size": 64, "word_embed_proj_dim": 64, "projection_dim": 32, "proj_dim": 32,
-    "text_embed_dim": 64, "vision_embed_dim": 64,
+    "text_embed_dim": 64, "vision_embed_dim": 64, "encoder_hidden_size": 64,
     "intermediate_size": 128, "ffn_dim": 128, "d_ff": 128, "n_inner": 128, "hidden_dim": 128,
     "encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "moe_intermediate_size": 64,
     "shared_expert_intermediate_size": 64,
@@ -330,6 +330,13 @@ _REDUCE = {
     "num_attention_heads": 4, "n_head": 4, "n_heads": 4, "num_heads": 4,
     "encoder_attention_heads": 4, "decoder_attention_heads": 4, "num_key_value_heads": 2,
     "head_dim": 16, "kv_channels": 16,
+    # multi-head latent attention (DeepSeek-V2/V3 style): q/k = nope + rope parts, low-rank kv/q
+    "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16, "kv_lora_rank": 32,
+    "q_lora_rank": 32, "qk_head_dim": 16,
+    # partial rotary (GPT-J, CodeGen): at most the reduced head_dim
+    "rotary_dim": 8,
+    # DETR-style queries: fewer than the anchors of a 32x32 image; video frames
+    "num_queries": 16, "num_frames": 4,
     # moe
     "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
     # vocab / positions / images
@@ -368,6 +375,10 @@ def _reduce_config(cfg, depth: int = 0, table: dict | None = None) -> None:
     table = _REDUCE if table is None else table
     if depth > 3:
         return
+    hd, rope = _get(cfg, "head_dim"), _get(cfg, "qk_rope_head_dim")
+    tied_rope = isinstance(hd, int) and hd == rope  # DeepSeek MLA: rotary over head_dim = qk_rope_head_dim
+    kvh, nh = _get(cfg, "num_key_value_heads"), _get(cfg, "num_attention_heads")
+    mha = isinstance(kvh, int) and kvh == nh  # multi-head (MLA included) stays multi-head, not grouped
     for key, val in table.items():
         try:
             cur = getattr(cfg, key)
@@ -392,6 +403,11 @@ def _reduce_config(cfg, depth: int = 0, table: dict | None = None) -> None:
         sub = _get(cfg, key)
         if isinstance(sub, PretrainedConfig):
             _reduce_config(sub, depth + 1, table)
+    _repair_config(cfg)
+    if tied_rope:
+        _set(cfg, "head_dim", _get(cfg, "qk_rope_head_dim"))
+    if mha:
+        _set(cfg, "num_key_value_heads", _get(cfg, "num_attention_heads"))
     lt = _get(cfg, "layer_types")
     n = _get(cfg, "num_hidden_layers")
     if isinstance(lt, list) and isinstance(n, int):
@@ -409,6 +425,101 @@ def _reduce_config(cfg, depth: int = 0, table: dict | None = None) -> None:
             cfg._attn_implementation = "eager"
         except Exception:
             pass
+
+
+def _set(cfg, key, val) -> None:
+    try:
+        setattr(cfg, key, val)
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _repair_config(cfg) -> None:
+    """Keep coupled fields consistent after the reduction."""
+    hidden, heads = _get(cfg, "hidden_size"), _get(cfg, "num_attention_heads")
+    # head_dim: None means "hidden // heads" for most models, but some read it as is
+    if "head_dim" in vars(cfg) and _get(cfg, "head_dim") is None and isinstance(hidden, int) and isinstance(heads, int):
+        _set(cfg, "head_dim", hidden // heads)
+    # multi-stage CNNs/hierarchical ViTs: per-stage lists must agree with the number of stages
+    n = _get(cfg, "num_stages")
+    sizes, depths = _get(cfg, "hidden_sizes"), _get(cfg, "depths")
+    if isinstance(sizes, (list, tuple)) and isinstance(depths, (list, tuple)):
+        k = min(len(sizes), len(depths), n if isinstance(n, int) and n > 0 else len(sizes))
+        if k != len(sizes) or k != len(depths):
+            _set(cfg, "hidden_sizes", list(sizes[:k]))
+            _set(cfg, "depths", list(depths[:k]))
+            if isinstance(n, int):
+                _set(cfg, "num_stages", k)
+    # MoE routing: a top-k that is unset by default, expert groups of at least one expert
+    experts = _get(cfg, "n_routed_experts") or _get(cfg, "num_experts") or _get(cfg, "num_local_experts")
+    if isinstance(experts, int) and not isinstance(experts, bool):
+        if "num_experts_per_tok" in vars(cfg) and _get(cfg, "num_experts_per_tok") is None:
+            _set(cfg, "num_experts_per_tok", min(2, experts))
+        ng = _get(cfg, "n_group")
+        if isinstance(ng, int) and ng > 1 and experts % ng == 0 and experts // ng < 2:
+            _set(cfg, "n_group", 1)
+            _set(cfg, "topk_group", 1)
+        elif isinstance(ng, int) and experts % max(ng, 1):
+            _set(cfg, "n_group", 1)
+            _set(cfg, "topk_group", 1)
+    # Mamba-2 mixers: heads x head width = expand x hidden
+    for hk, dk, ek in (("num_heads", "head_dim", "expand"), ("mamba_n_heads", "mamba_d_head", "mamba_expand"),
+                       ("n_mamba_heads", "mamba_headdim", "mamba_expand")):
+        h, d, e = _get(cfg, hk), _get(cfg, dk), _get(cfg, ek)
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in (h, d, e, hidden)) and h * d != e * hidden:
+            if (e * hidden) % d == 0:
+                _set(cfg, hk, max(1, e * hidden // d))
+            ng = _get(cfg, "n_groups") if hk == "num_heads" else _get(cfg, "mamba_n_groups")
+            if isinstance(ng, int) and ng > 1 and _get(cfg, hk) % ng:
+                _set(cfg, "n_groups" if hk == "num_heads" else "mamba_n_groups", 1)
+    # MLA: q/k head = nope + rope
+    nope, rope = _get(cfg, "qk_nope_head_dim"), _get(cfg, "qk_rope_head_dim")
+    if isinstance(nope, int) and isinstance(rope, int) and "qk_head_dim" in vars(cfg):
+        _set(cfg, "qk_head_dim", nope + rope)
+
+
+def _rescale_mrope(cfg, total: int, sections: list[int], depth: int = 0) -> bool:
+    """Multimodal rotary sections (Qwen2-VL, GLM-4V ...; ``sections`` as in the error, often the
+    model's default) must sum to the reduced rotary half-width ``total``: scale them, on every
+    rope configuration of ``cfg`` and its sub-configurations."""
+    from transformers import PretrainedConfig
+
+    if total < len(sections):
+        return False
+    new = [max(1, v * total // sum(sections)) for v in sections]
+    while sum(new) != total:  # put the rounding difference on the widest section
+        i = max(range(len(new)), key=new.__getitem__)
+        new[i] += 1 if sum(new) < total else -1
+    found = False
+    for key in ("rope_parameters", "rope_scaling"):
+        rp = _get(cfg, key)
+        if isinstance(rp, dict):
+            rp["mrope_section"] = list(new)
+            found = True
+    if depth < 3:
+        for key in list(vars(cfg)):
+            sub = _get(cfg, key)
+            if isinstance(sub, PretrainedConfig):
+                found = _rescale_mrope(sub, total, sections, depth + 1) or found
+    return found
+
+
+def _find(cfg, *keys, depth: int = 0):
+    """The first of ``keys`` set on ``cfg`` or (breadth first) on one of its sub-configurations."""
+    from transformers import PretrainedConfig
+
+    for k in keys:
+        v = _get(cfg, k)
+        if v is not None and not isinstance(v, bool):
+            return v
+    if depth < 3:
+        for key in list(vars(cfg)):
+            sub = _get(cfg, key)
+            if isinstance(sub, PretrainedConfig):
+                v = _find(sub, *keys, depth=depth + 1)
+                if v is not None:
+                    return v
+    return None
 
 
 def _vision_cfg(cfg):
@@ -432,18 +543,53 @@ def _candidate_inputs(model, cfg) -> list[dict]:
         dec["decoder_input_ids"] = torch.randint(3, max(4, min(int(vocab), 100)), (batch, 8))
         text.update(dec)
     other: dict = {}
+    alt: list[dict] = []  # further single-input layouts tried after the defaults
+    vc = _vision_cfg(cfg)
     if "pixel_values" in sig:
-        vc = _vision_cfg(cfg)
         size = getattr(vc, "image_size", 32)
         size = size[0] if isinstance(size, (list, tuple)) else size
         ch = getattr(vc, "num_channels", 3)
         other["pixel_values"] = torch.randn(batch, ch, size, size)
+        frames = _find(cfg, "num_frames")
+        if isinstance(frames, int):  # video models: (batch, frames, channels, height, width)
+            alt.append({"pixel_values": torch.randn(batch, frames, ch, size, size)})
+    if "pixel_values_videos" in sig:
+        size = getattr(vc, "image_size", 32)
+        size = size[0] if isinstance(size, (list, tuple)) else size
+        frames = _find(cfg, "num_frames", "frames_per_clip") or 4
+        other["pixel_values_videos"] = torch.randn(batch, min(int(frames), 8), getattr(vc, "num_channels", 3), size, size)
     if "input_values" in sig:
         other["input_values"] = torch.randn(batch, 4000)
+        # codecs take (batch, channels, samples); some need a multiple of their hop length
+        alt += [{"input_values": torch.randn(batch, 1, 3840)}, {"input_values": torch.randn(batch, 3840)}]
     if "input_features" in sig:
-        mel = getattr(cfg, "num_mel_bins", None) or getattr(cfg, "feature_size", None) or 80
+        mel = _find(cfg, "num_mel_bins", "feature_size", "input_feat_per_channel", "n_mels", "num_mel_filters") or 80
         frames = 2 * getattr(cfg, "max_source_positions", 32) if hasattr(cfg, "max_source_positions") else 64
-        other["input_features"] = torch.randn(batch, mel, min(frames, 3000))
+        frames = min(frames, 3000)
+        other["input_features"] = torch.randn(batch, int(mel), frames)
+        for feats in (torch.randn(batch, frames, int(mel)), torch.randn(batch, int(mel), frames)):
+            extra = {k: torch.ones(batch, feats.shape[1], dtype=torch.long)
+                     for k in ("input_features_mask", "attention_mask") if k in sig}
+            alt.append({"input_features": feats, **extra})
+            if extra:
+                alt.append({"input_features": feats})
+    if "past_values" in sig:  # time series: (batch, context, channels)
+        ctx = _find(cfg, "context_length", "context_len") or 32
+        chans = _find(cfg, "num_input_channels", "input_size") or 1
+        other["past_values"] = torch.randn(batch, int(ctx), int(chans))
+        alt.append({"past_values": torch.randn(batch, int(ctx))})
+    grid_key = next((k for k in sig if k.endswith("grid_thw")), None)
+    if grid_key is not None:  # Qwen2-VL-style vision towers: flattened patches + (t, h, w) grid
+        p = _find(vc, "patch_size") or 14
+        t = _find(vc, "temporal_patch_size") or 2
+        c = _find(vc, "in_channels", "in_chans", "num_channels") or 3
+        m = _find(vc, "spatial_merge_size", "merge_size") or 2
+        first = next(iter(sig))
+        grid = torch.tensor([[1, 2 * m, 2 * m]])
+        feats = torch.randn(int(grid.prod()), c * t * p * p)
+        alt.append({first: feats, grid_key: grid})
+        if "merge_sizes" in sig:
+            alt.append({first: feats, grid_key: grid, "merge_sizes": torch.tensor([m])})
     cands: list[dict] = []
     if main in other:
         cands.append({main: other[main], **dec})
@@ -454,6 +600,28 @@ def _candidate_inputs(model, cfg) -> list[dict]:
         cands.append({**text, **other})
     for k, v in other.items():
         cands.append({k: v})
+    cands += alt
+    if dec:
+        cands += [{**a, **dec} for a in alt]
+    # every required argument, from a pool of the inputs above (multimodal models that need all
+    # of their modalities, Q-Former ids, feature masks ...)
+    pool: dict = {**text, **other, **(alt[-1] if grid_key is not None and alt else {})}
+    if "input_ids" in text:
+        for k in ("qformer_input_ids", "decoder_input_ids"):
+            pool.setdefault(k, text["input_ids"][:, :8])
+        pool.setdefault("qformer_attention_mask", torch.ones(batch, 8, dtype=torch.long))
+    if "input_features" in other:
+        pool.setdefault("input_features_mask", torch.ones(batch, other["input_features"].shape[-1], dtype=torch.long))
+    required = [k for k, prm in sig.items() if prm.default is inspect.Parameter.empty
+                and prm.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+    if required and all(k in pool for k in required):
+        base = {k: pool[k] for k in required}
+        for variant in [base] + [{**base, **a} for a in alt if set(a) & set(required)]:
+            cands += [variant, {**variant, **text}]
+    if "pixel_values" in other and other["pixel_values"].shape[-1] < 64:  # stems that need more pixels
+        pv = other["pixel_values"]
+        cands.append({"pixel_values": torch.randn(batch, pv.shape[1], 64, 64)})
+        cands.append({"pixel_values": torch.randn(batch, pv.shape[1], 64, 256)})
     if not cands:
         raise ValueError(f"no input recipe for main_input_name={main!r}")
     return cands
@@ -463,9 +631,10 @@ def _pick_inputs(model, cfg) -> dict:
     first: Exception | None = None
     seen = []
     for cand in _candidate_inputs(model, cfg):
-        if sorted(cand) in seen:
+        sig = sorted((k, tuple(v.shape) if isinstance(v, torch.Tensor) else v) for k, v in cand.items())
+        if sig in seen:
             continue
-        seen.append(sorted(cand))
+        seen.append(sig)
         try:
             with torch.no_grad():
                 model.eval()(**cand)
@@ -495,9 +664,17 @@ def build_transformers(name: str):
                     n = sum(p.numel() for p in AutoModel.from_config(cfg).parameters())
                 if n > MAX_PARAMS:
                     raise ValueError(f"reduced model still has {n / 1e6:.0f}M parameters (> {MAX_PARAMS / 1e6:.0f}M)")
-            torch.manual_seed(0)
-            model = AutoModel.from_config(cfg)
-            return model, _pick_inputs(model, cfg)
+            for _attempt in range(2):
+                torch.manual_seed(0)
+                model = AutoModel.from_config(cfg)
+                try:
+                    return Case(model, _pick_inputs(model, cfg), family=name)
+                except RuntimeError as exc:
+                    m = re.search(r"split_with_sizes expects split_sizes to sum exactly to (\d+).*"
+                                  r"split_sizes=\[([\d, ]+)\]", str(exc))
+                    if not (m and _attempt == 0 and _rescale_mrope(
+                            cfg, int(m.group(1)), [int(v) for v in m.group(2).split(",")])):
+                        raise
         except Exception as exc:  # noqa: BLE001
             first = first or exc
     assert first is not None

@@ -12,7 +12,7 @@ from .runner import Worker
 
 def select(suite: str, *, filter_: str | None = None, shard: str | None = None,
            limit: int | None = None, models: list[str] | None = None) -> list[str]:
-    names = list(models) if models else registry.list_models(suite)
+    names = list(models) if models is not None else registry.list_models(suite)
     if filter_:
         pats = filter_.split(",")
         names = [n for n in names if any(fnmatch.fnmatch(n, p) if any(c in p for c in "*?[") else p in n
@@ -59,7 +59,9 @@ class _Progress:
 
 def run_sweep(suites: list[str], modes: list[str], out: str, *, limit: int | None = None,
               shard: str | None = None, filter_: str | None = None, timeout: float = 180.0,
-              models: list[str] | None = None, quiet: bool = False) -> list[dict]:
+              models: list[str] | dict[str, list[str]] | None = None, quiet: bool = False) -> list[dict]:
+    """Run every selected (suite, model, mode) not yet in ``out`` in one reused worker process;
+    ``models`` is an explicit model list, or one list per suite."""
     for s in suites:
         if s not in SUITES and s != "_selftest":
             raise ValueError(f"unknown suite {s!r} (have {', '.join(SUITES)})")
@@ -68,7 +70,8 @@ def run_sweep(suites: list[str], modes: list[str], out: str, *, limit: int | Non
             raise ValueError(f"unknown mode {m!r} (have {', '.join(MODES)})")
     done = results.done_keys(out)
     todo = [(s, n, m) for s in suites
-            for n in select(s, filter_=filter_, shard=shard, limit=limit, models=models)
+            for n in select(s, filter_=filter_, shard=shard, limit=limit,
+                            models=models.get(s, []) if isinstance(models, dict) else models)
             for m in modes if (s, n, m) not in done]
     if not quiet:
         print(f"sweep: {len(todo)} runs to do ({len(done)} already in {out})", file=sys.stderr)
