@@ -21,7 +21,7 @@ SLICE = {
     "torchvision_video": ["r3d_18"],
     "torchvision_optical_flow": ["raft_small"],
     "timm": ["test_vit", "levit_128s", "test_efficientnet", "test_convnext", "mobilevit_xxs"],
-    "transformers": ["bert", "gpt2", "llama", "t5", "vit", "wav2vec2", "clip"],
+    "transformers": ["bert", "gpt2", "llama", "t5", "vit", "wav2vec2", "clip", "whisper"],
 }
 N_SLICE = sum(map(len, SLICE.values()))
 FIELDS = {"model", "suite", "mode", "status", "cause", "error", "fallback_ops", "seconds", "peak_bytes"}
@@ -61,7 +61,7 @@ def test_slice_report(slice_results, tmp_path, capsys):
     assert "| suite | mode | passed | total |" in text
     assert "| torchvision | eager | 3 | 3 |" in text
     assert "| timm | eager | 5 | 5 |" in text
-    assert "| transformers | eager | 7 | 7 |" in text
+    assert "| transformers | eager | 8 | 8 |" in text
     assert "| torchvision_detection | fcos | eager | 1 | 1 | 0 |" in text  # per family
     assert "| timm | vision_transformer | eager | 1 | 1 | 0 |" in text
     assert "<table>" in html.read_text()
