@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import os
+import re
 from collections import Counter, defaultdict
 
 from . import results
@@ -24,6 +25,12 @@ def family(rec: dict) -> str:
     return rec["model"]
 
 
+def skip_reason(rec: dict) -> str:
+    """A skip's error with the numbers blanked, so that one cause groups its models."""
+    err = rec.get("error") or ""
+    return re.sub(r"\d+", "N", err)[:90]
+
+
 def summarize(recs: list[dict]) -> dict:
     rows: dict = defaultdict(lambda: {"pass": 0, "fail": 0, "skip": 0})
     fams: dict = defaultdict(lambda: {"pass": 0, "fail": 0, "skip": 0})
@@ -31,17 +38,20 @@ def summarize(recs: list[dict]) -> dict:
     fallback_models: Counter = Counter()
     causes: Counter = Counter()
     errors: Counter = Counter()
+    skips: Counter = Counter()
     for r in recs:
         rows[(r["suite"], r["mode"])][r["status"]] += 1
         fams[(r["suite"], family(r), r["mode"])][r["status"]] += 1
         for op, n in (r.get("fallback_ops") or {}).items():
             fallback[op] += n
             fallback_models[op] += 1
+        if r["status"] == "skip":
+            skips[(r["suite"], skip_reason(r))] += 1
         if r["status"] == "fail":
             causes[r.get("cause") or "unknown"] += 1
             errors[(r.get("cause") or "unknown", (r.get("error") or "")[:120])] += 1
     return {"rows": dict(rows), "families": dict(fams), "fallback": fallback,
-            "fallback_models": fallback_models, "causes": causes, "errors": errors}
+            "fallback_models": fallback_models, "causes": causes, "errors": errors, "skips": skips}
 
 
 def _pct(p: int, t: int) -> str:
@@ -75,6 +85,9 @@ def render_markdown(recs: list[dict], *, title: str = "Model sweep report", top:
     out += ["", "## Top failure messages", "", "| cause | error | runs |", "|---|---|---|"]
     for (cause, err), n in s["errors"].most_common(top):
         out.append(f"| {cause} | `{err.replace('|', '/').replace('`', '')}` | {n} |")
+    out += ["", "## Skip reasons (do not run on CPU with the sweep's recipe)", "", "| suite | reason | models |", "|---|---|---|"]
+    for (suite, why), n in s["skips"].most_common(top * 2):
+        out.append(f"| {suite} | `{why.replace('|', '/').replace('`', '')}` | {n} |")
     out += ["", "## Per family", "", "| suite | family | mode | passed | total | skipped |", "|---|---|---|---|---|---|"]
     for (suite, fam, mode), c in sorted(s["families"].items()):
         out.append(f"| {suite} | {fam} | {mode} | {c['pass']} | {c['pass'] + c['fail']} | {c['skip']} |")

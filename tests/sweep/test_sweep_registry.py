@@ -1,0 +1,62 @@
+"""Sweep registry: timm's smallest-variant selection and cache, torchvision families, and the
+detection case (train-mode targets, what is compared)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from torchneuron.sweep import registry
+
+timm = pytest.importorskip("timm")
+
+
+def test_timm_smallest_per_module_and_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHNEURON_SWEEP_CACHE", str(tmp_path))
+    monkeypatch.setattr(timm, "list_modules", lambda: ["ghostnet", "mobilevit"])
+    got = registry.timm_smallest()
+    for module, name in got.items():
+        sizes = {}
+        for n in timm.list_models(module=module):
+            with torch.device("meta"):
+                sizes[n] = sum(p.numel() for p in timm.create_model(n, num_classes=10).parameters())
+        assert sizes[name] == min(sizes.values()), (module, name, sizes)
+    assert set(got) == {"ghostnet", "mobilevit"}
+    cache = json.loads((tmp_path / f"timm-{timm.__version__}-smallest.json").read_text())
+    assert cache == got
+    monkeypatch.setattr(registry, "_timm_param_count", lambda n: pytest.fail("cache not used"))
+    assert registry.timm_smallest() == got
+    assert registry.timm_family(got["mobilevit"]) == "mobilevit"
+
+
+def test_timm_fixed_size_model_gets_a_small_input():
+    case = registry.build("timm", "test_vit")
+    (x,) = case.inputs.values()
+    assert x.shape[-1] < 224 and case.family == "vision_transformer"
+
+
+def test_torchvision_families():
+    assert registry.tv_family("wide_resnet50_2") == "wideresnet"
+    assert registry.tv_family("mobilenet_v3_small") == "mobilenet_v3"
+    assert registry.tv_family("fasterrcnn_mobilenet_v3_large_fpn") == "fasterrcnn"
+    for suite in ("torchvision_detection", "torchvision_segmentation", "torchvision_video", "torchvision_optical_flow"):
+        assert registry.list_models(suite), suite
+    assert "quantized_resnet18" not in registry.list_models("torchvision")
+
+
+def test_detection_case_targets_and_dense_comparison():
+    case = registry.build("torchvision_detection", "fcos_resnet50_fpn")
+    assert case.loss == "sum" and case.family == "fcos"
+    targets = case.train_inputs["targets"]
+    assert len(targets) == len(case.inputs["images"]) == 2
+    assert all(t["boxes"].shape[-1] == 4 and t["labels"].dtype == torch.int64 for t in targets)
+    m = case.model.eval()
+    with torch.no_grad():
+        dense = case.compare(m, case.inputs)
+        assert set(dense) == {"images", "features", "head"}
+        assert set(dense["head"]) == {"cls_logits", "bbox_regression", "bbox_ctrness"}
+        m.train()
+        losses = m(**case.train_inputs)
+    assert set(losses) == {"classification", "bbox_regression", "bbox_ctrness"}
