@@ -130,3 +130,26 @@ def test_zero_dim_reductions_run_eagerly_instead_of_crashing_the_lowering(expr):
     x = torch.tensor(0.25)
     out = torch.compile(fns[expr], backend="neuron")(x.to("neuron"))
     torch.testing.assert_close(out.cpu(), fns[expr](x), equal_nan=True)
+
+
+def test_negative_advanced_indices_wrap_like_pytorch():
+    """``x[:, [-1, 0, -3]]`` (and the write ``x[:, i] = v``) index from the end, as in eager:
+    the lowering's gather/scatter would clamp negative indices to 0 (Falcon's QKV split)."""
+    x = torch.arange(24.0).reshape(2, 3, 4)
+    i = torch.tensor([-1, 0, -2])
+    v = torch.randn(2, 3, 4)
+
+    def read(t, idx):
+        return t[:, idx] * 2, t[..., [-2], :] + 1
+
+    def write(t, idx, val):
+        t = t.clone()
+        t[:, idx] = val
+        return t
+
+    for fn, args in ((read, (x, i)), (write, (x, i, v))):
+        ref = fn(*args)
+        got = torch.compile(fn, backend="neuron")(*(a.to("neuron") for a in args))
+        for r, g in zip(ref if isinstance(ref, tuple) else (ref,), got if isinstance(got, tuple) else (got,),
+                        strict=True):
+            assert torch.equal(g.cpu(), r)

@@ -37,6 +37,7 @@ from .passes import (
     output_vals,
     placeholder_vals,
     split_outputs,
+    wrap_negative_indices,
 )
 from .settings import CompileOptions
 
@@ -177,6 +178,7 @@ def compile_graph(gm: fx.GraphModule, kind: str, options: CompileOptions):
         t0 = time.perf_counter()
         work = _copy(gm)
         fill_default_strides(work)
+        wrap_negative_indices(work)
         outer, placement = partition(work, enabled=options.partition)
         record.pass_seconds += time.perf_counter() - t0
         for name, sub in list(outer.named_children()):

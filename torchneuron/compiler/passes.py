@@ -13,6 +13,9 @@
   understands; in StableHLO every value lives on the executable's device.
 * **Pooling strides** — :func:`fill_default_strides` writes out the default stride of pooling
   ops (``stride=[]`` means "the kernel size"), which torch-mlir otherwise lowers as stride 1.
+* **Negative indices** — :func:`wrap_negative_indices` maps negative index tensors of
+  advanced indexing (``x[:, [-1]]``, Falcon's fused QKV split) to ``i + size``, as PyTorch
+  does; the lowering's gather would clamp them to 0.
 * **Outputs** — :func:`split_outputs` removes outputs that are not computed by the graph
   (``None`` gradients of non-differentiable inputs, constants, inputs returned as they are,
   repeated outputs) before lowering and returns the recipe that restores them afterwards.
@@ -73,6 +76,53 @@ def strip_device_args(gm: fx.GraphModule) -> None:
         if node.op == "call_function":
             node.args = fix(node.args)
             node.kwargs = {k: fix(v) for k, v in node.kwargs.items()}
+
+
+# advanced indexing: op -> position of its list of index tensors (entry d indexes dim d)
+_INDEXING = {
+    _aten.index.Tensor: 1,
+    _aten._unsafe_index.Tensor: 1,
+    _aten.index_put.default: 1,
+    _aten._unsafe_index_put.default: 1,
+}
+
+
+def wrap_negative_indices(gm: fx.GraphModule) -> int:
+    """Rewrite each integer index tensor ``i`` of an advanced-indexing node into
+    ``where(i < 0, i + size, i)``; returns the number of index tensors rewritten."""
+    graph = gm.graph
+    changed = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target not in _INDEXING:
+            continue
+        pos = _INDEXING[node.target]
+        base = node.args[0].meta.get("val") if isinstance(node.args[0], fx.Node) else None
+        indices = list(node.args[pos])
+        vals = [i.meta.get("val") if isinstance(i, fx.Node) else None for i in indices]
+        if base is None or any(v is not None and v.dtype in (torch.bool, torch.uint8) for v in vals):
+            continue  # boolean masks span several dims (and never lower: data-dependent shape)
+        before = changed
+        for d, (idx, val) in enumerate(zip(indices, vals, strict=True)):
+            if val is None or val.is_floating_point() or d >= base.dim():
+                continue
+            size = base.shape[d]
+            with graph.inserting_before(node):
+                negative = graph.call_function(_aten.lt.Scalar, (idx, 0))
+                shifted = graph.call_function(_aten.add.Tensor, (idx, size))
+                fixed = graph.call_function(_aten.where.self, (negative, shifted, idx))
+            negative.meta["val"] = _aten.lt.Scalar(val, 0)
+            shifted.meta["val"] = _aten.add.Tensor(val, size)
+            fixed.meta["val"] = _aten.where.self(negative.meta["val"], shifted.meta["val"], val)
+            indices[d] = fixed
+            changed += 1
+        if changed != before:
+            args = list(node.args)
+            args[pos] = indices
+            node.args = tuple(args)
+    if changed:
+        graph.lint()
+        gm.recompile()
+    return changed
 
 
 def fill_default_strides(gm: fx.GraphModule) -> int:
