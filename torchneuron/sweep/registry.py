@@ -457,13 +457,11 @@ def _repair_config(cfg) -> None:
     # multi-stage CNNs/hierarchical ViTs: per-stage lists must agree with the number of stages
     n = _get(cfg, "num_stages")
     sizes, depths = _get(cfg, "hidden_sizes"), _get(cfg, "depths")
-    if isinstance(sizes, (list, tuple)) and isinstance(depths, (list, tuple)):
-        k = min(len(sizes), len(depths), n if isinstance(n, int) and n > 0 else len(sizes))
-        if k != len(sizes) or k != len(depths):
-            _set(cfg, "hidden_sizes", list(sizes[:k]))
-            _set(cfg, "depths", list(depths[:k]))
-            if isinstance(n, int):
-                _set(cfg, "num_stages", k)
+    if isinstance(sizes, (list, tuple)) and isinstance(depths, (list, tuple)) and isinstance(n, int) \
+            and 0 < n < len(depths):  # the reduction cut the stage count: cut the lists alike
+        extra = len(sizes) - len(depths)  # a stem width listed first (TextNet)
+        _set(cfg, "depths", list(depths[:n]))
+        _set(cfg, "hidden_sizes", list(sizes[:n + max(extra, 0)]))
     # MoE routing: a top-k that is unset by default, expert groups of at least one expert
     experts = _get(cfg, "n_routed_experts") or _get(cfg, "num_experts") or _get(cfg, "num_local_experts")
     if isinstance(experts, int) and not isinstance(experts, bool):
@@ -480,6 +478,8 @@ def _repair_config(cfg) -> None:
     for hk, dk, ek in (("num_heads", "head_dim", "expand"), ("mamba_n_heads", "mamba_d_head", "mamba_expand"),
                        ("n_mamba_heads", "mamba_headdim", "mamba_expand")):
         h, d, e = _get(cfg, hk), _get(cfg, dk), _get(cfg, ek)
+        if isinstance(_get(cfg, "mamba_d_ssm"), int):  # the mixer width is given explicitly (Falcon-H1)
+            break
         if all(isinstance(v, int) and not isinstance(v, bool) for v in (h, d, e, hidden)) and h * d != e * hidden:
             if (e * hidden) % d == 0:
                 _set(cfg, hk, max(1, e * hidden // d))
