@@ -117,3 +117,15 @@ def test_report_counts_skips_outside_total():
 def test_cli_registers_sweep_commands():
     assert {"sweep", "sweep-report"} <= cli.COMMANDS.keys()
     assert {"cache", "estimate", "profile-report"} <= cli.COMMANDS.keys()
+
+
+def test_runner_rules_random_eval_cpu_only_failures_and_nan_reference():
+    from torchneuron.sweep.runner import check
+
+    r = check("_selftest", "random", "eager")  # both forwards seeded alike: the masks match
+    assert r["status"] == "pass" and r["max_abs_err"] == 0.0, r
+    r = check("_selftest", "needs_labels", "eager")  # the training step fails on CPU too: a skip
+    assert (r["status"], r["cause"], r["stage"]) == ("skip", "cpu reference", "cpu train step"), r
+    assert "labels" in r["error"]
+    r = check("_selftest", "nan", "eager")  # nothing to compare against
+    assert (r["status"], r["cause"]) == ("skip", "cpu reference"), r

@@ -701,6 +701,41 @@ def _selftest_names() -> list[str]:
     return ["tiny", "hang", "crash"]
 
 
+class _RandomInEval(torch.nn.Module):
+    """Random masking in eval mode, as ViT-MAE does: comparable only if both runs draw the same noise."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        keep = torch.rand(x.shape, device=x.device) > 0.5
+        return self.lin(x * keep)
+
+
+class _NeedsLabels(torch.nn.Linear):
+    """Trains only with labels, on CPU as well: a recipe limit, not a device failure."""
+
+    def __init__(self):
+        super().__init__(8, 2)
+
+    def forward(self, x):
+        if self.training:
+            raise ValueError("labels must be provided to run in training mode")
+        return super().forward(x)
+
+
+class _NaNOutput(torch.nn.Linear):
+    def __init__(self):
+        super().__init__(8, 2)
+
+    def forward(self, x):
+        return super().forward(x) * float("nan")
+
+
+_SELFTEST_EXTRA = {"random": _RandomInEval, "needs_labels": _NeedsLabels, "nan": _NaNOutput}
+
+
 def build_selftest(name: str):
     """Cases that exercise the worker's containment: a tiny MLP, a hang and a hard crash."""
     import os
@@ -710,6 +745,9 @@ def build_selftest(name: str):
         time.sleep(3600)
     if name == "crash":
         os._exit(3)
+    if name in _SELFTEST_EXTRA:  # cases for the runner's rules (checked in-process by the tests)
+        torch.manual_seed(0)
+        return Case(_SELFTEST_EXTRA[name](), {"x": torch.randn(4, 8)})
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)), {"input": torch.randn(4, 8)}
 
