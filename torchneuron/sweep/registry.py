@@ -587,6 +587,8 @@ def _candidate_inputs(model, cfg) -> list[dict]:
             alt.append({"input_features": feats, **extra})
             if extra:
                 alt.append({"input_features": feats})
+    if "past_time_features" in sig and isinstance(_get(cfg, "prediction_length"), int):
+        alt.insert(0, _forecast_inputs(cfg, batch))
     if "past_values" in sig:  # time series: (batch, context, channels)
         ctx = _find(cfg, "context_length", "context_len") or 32
         chans = _find(cfg, "num_input_channels", "input_size") or 1
@@ -659,6 +661,32 @@ def _pick_inputs(model, cfg) -> dict:
     raise first
 
 
+# forecasting transformers (TimeSeriesTransformer, Informer, Autoformer) have no default horizon:
+# 4 steps predicted from 8, lags 1-3, one time feature
+_FORECAST = {"prediction_length": 4, "context_length": 8, "lags_sequence": [1, 2, 3], "num_time_features": 1,
+             "label_length": 4}  # Autoformer: decoder start tokens taken from the context
+
+
+def _config_kwargs(name: str) -> dict:
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.for_model(name)
+    if "prediction_length" in vars(cfg) and cfg.prediction_length is None:
+        return dict(_FORECAST)
+    return {}
+
+
+def _forecast_inputs(cfg, batch: int) -> dict:
+    past = cfg.context_length + max(cfg.lags_sequence)
+    g = torch.Generator().manual_seed(0)
+    return {"past_values": torch.rand(batch, past, generator=g) + 0.5,
+            "past_time_features": torch.linspace(0, 1, past).expand(batch, past).unsqueeze(-1).contiguous(),
+            "past_observed_mask": torch.ones(batch, past),
+            "future_values": torch.rand(batch, cfg.prediction_length, generator=g) + 0.5,
+            "future_time_features": torch.linspace(1, 1.5, cfg.prediction_length).expand(
+                batch, cfg.prediction_length).unsqueeze(-1).contiguous()}
+
+
 def build_transformers(name: str):
     import transformers
     from transformers import AutoConfig, AutoModel
@@ -669,7 +697,7 @@ def build_transformers(name: str):
     # reduce only depth, vocab and experts, provided the model stays small
     for table in (_REDUCE, _DEPTH_VOCAB):
         try:
-            cfg = AutoConfig.for_model(name)
+            cfg = AutoConfig.for_model(name, **_config_kwargs(name))
             if hasattr(cfg, "max_source_positions"):
                 cfg.max_source_positions = min(cfg.max_source_positions, 32)
             _reduce_config(cfg, table=table)
