@@ -62,3 +62,17 @@ def test_sdpa_3d_inputs_take_the_math_path():
     q, k, v = (torch.randn(4, n, 8, generator=g) for n in (3, 6, 6))
     out = F.scaled_dot_product_attention(q.to("neuron"), k.to("neuron"), v.to("neuron"))
     torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(q, k, v), rtol=1e-5, atol=1e-6)
+
+
+def test_sdpa_mask_that_requires_grad_gets_its_gradient():
+    """A learned additive mask (relative-position bias: BEiT, CoAtNet): the host picks the math
+    kernel when the mask needs a gradient, and so must the device (the fused kernel has none)."""
+    torch.manual_seed(0)
+    q = torch.randn(2, 2, 8, 16, requires_grad=True)
+    bias = torch.randn(1, 2, 8, 8, requires_grad=True)
+    qd = q.detach().to("neuron").requires_grad_()
+    bd = bias.detach().to("neuron").requires_grad_()
+    F.scaled_dot_product_attention(q, q, q, attn_mask=bias).square().sum().backward()
+    F.scaled_dot_product_attention(qd, qd, qd, attn_mask=bd).square().sum().backward()
+    torch.testing.assert_close(bd.grad.cpu(), bias.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(qd.grad.cpu(), q.grad, rtol=1e-5, atol=1e-5)

@@ -21,10 +21,19 @@ _FLASH = 1  # sdp::SDPBackend::flash_attention
 _libs: list[torch.library.Library] = []
 
 
+def _as_seen(t):
+    """The host alias of ``t`` as the host's kernel choice must see it: with ``requires_grad``
+    (the fused kernel has no gradient for a mask, so the host picks the math path then)."""
+    h = host(t)
+    if t.requires_grad and torch.is_grad_enabled():
+        h = h.detach().requires_grad_(True)
+    return h
+
+
 def _choice(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa) -> int:
-    m = host(attn_mask) if isinstance(attn_mask, torch.Tensor) else attn_mask
+    m = _as_seen(attn_mask) if isinstance(attn_mask, torch.Tensor) else attn_mask
     return aten._fused_sdp_choice.default(
-        host(q), host(k), host(v), m, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
+        _as_seen(q), _as_seen(k), _as_seen(v), m, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
     )
 
 
