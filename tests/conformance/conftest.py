@@ -7,6 +7,8 @@ not an initial one (``pytest tests``).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from torchneuron.conformance.report import Report, Result
@@ -99,7 +101,10 @@ def pytest_terminal_summary(terminalreporter, config):
 
 
 def pytest_collection_modifyitems(config, items):
+    here = Path(__file__).parent
     for item in items:
+        if here not in Path(item.path).parents:
+            continue  # this hook sees the whole session's items; only OpInfo cases are ours
         case = getattr(getattr(item, "callspec", None), "params", {}).get("case")
         if case is not None:
             item.user_properties.append(("conformance_case", (case.op, case.variant, case.dtype)))
