@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from torchneuron import nki
+from torchneuron.kernels.matmul import matmul_kernel
 from torchneuron.nki import isa as nisa
 from torchneuron.nki import language as nl
 from torchneuron.runtime.target import TARGETS
@@ -194,43 +195,12 @@ def test_benchmark_decorator_reports_estimated_latency():
     assert us == pytest.approx(nki.last_profile().duration * 1e6)
 
 
-@nki.jit
-def matmul_4k(lhsT, rhs):
-    """C = lhsT.T @ rhs; each program (one per physical core) computes a block of rows.
-    A's K-panel for the block stays in SBUF, B streams in 512-column blocks."""
-    K, M = lhsT.shape
-    N = rhs.shape[1]
-    out = nl.ndarray((M, N), nl.bfloat16, buffer=nl.shared_hbm)
-    rows = M // nl.num_programs(0)
-    m0 = nl.program_id(0) * rows
-    KT, MT, NT = K // 128, rows // 128, N // 512
-    a_sb = nl.ndarray((128, KT, rows), nl.bfloat16, buffer=nl.sbuf)
-    for n in nl.affine_range(NT):
-        b_sb = nl.ndarray((128, KT, 512), nl.bfloat16, buffer=nl.sbuf)
-        for k in nl.affine_range(KT):
-            nisa.dma_copy(b_sb[:, k, :], rhs[k * 128 : (k + 1) * 128, n * 512 : (n + 1) * 512])
-        for m in nl.affine_range(MT):
-            if n == 0:
-                for k in nl.affine_range(KT):
-                    nisa.dma_copy(
-                        a_sb[:, k, m * 128 : (m + 1) * 128],
-                        lhsT[k * 128 : (k + 1) * 128, m0 + m * 128 : m0 + (m + 1) * 128],
-                    )
-            acc = nl.ndarray((128, 512), nl.float32, buffer=nl.psum)
-            for k in nl.affine_range(KT):
-                nisa.nc_matmul(acc, a_sb[:, k, m * 128 : (m + 1) * 128], b_sb[:, k, :])
-            res = nl.ndarray((128, 512), nl.bfloat16, buffer=nl.sbuf)
-            nisa.tensor_copy(res, acc)
-            nisa.dma_copy(out[m0 + m * 128 : m0 + (m + 1) * 128, n * 512 : (n + 1) * 512], res)
-    return out
-
-
 def test_large_bf16_matmul_estimate_is_near_tensor_engine_peak():
     s = 4096
     rng = np.random.default_rng(0)
     a = rng.standard_normal((s, s), dtype=np.float32).astype(ml_dtypes.bfloat16)
     b = rng.standard_normal((s, s), dtype=np.float32).astype(ml_dtypes.bfloat16)
-    out, prof = nki.simulate(matmul_4k[TRN2.lnc], target="trn2", return_profile=True)(a, b)
+    out, prof = nki.simulate(matmul_kernel[TRN2.lnc], target="trn2", return_profile=True)(a, b)
     flops = 2.0 * s**3
     assert prof.total_flops == flops
     ideal_published = flops / TRN2.peak_flops("bf16")  # one logical core, published peak

@@ -7,6 +7,7 @@ on the simulated NeuronCore (eager, and as an eager node inside ``torch.compile`
   causal or full, grouped-query attention
 * :func:`layer_norm` -- ``torch.ops.torchneuron.nki_layernorm`` (+ ``nki_layernorm_bwd``)
 * :func:`swiglu_mlp` -- ``torch.ops.torchneuron.nki_swiglu_mlp`` (+ ``nki_swiglu_mlp_bwd``)
+* :func:`matmul_kernel` (``matmul.py``) -- a blocked bf16 matmul, the timing model's reference (no op)
 * MoE: :func:`moe_router_topk` (``nki_moe_router``), :func:`moe_routing` (host metadata),
   :func:`moe_permute` / :func:`moe_unpermute` (indirect-DMA gathers, ``nki_moe_permute`` /
   ``nki_moe_unpermute``), :func:`moe_grouped_matmul` (``nki_moe_grouped_matmul``)
