@@ -55,7 +55,7 @@ def _thnn_fused_lstm_cell_backward_impl(grad_hy, grad_cy, cx, cy, workspace, has
         return None, None, None
     i, f, g, o = workspace.chunk(4, 1)
     tanh_cy = cy.tanh()
-    grad_c = torch.zeros_like(cy) if grad_cy is None else grad_cy.clone()
+    grad_c = torch.zeros_like(cy) if grad_cy is None else grad_cy  # never written in place
     if grad_hy is not None:
         grad_c = grad_c + grad_hy * o * (1 - tanh_cy * tanh_cy)
         grad_o = grad_hy * tanh_cy * o * (1 - o)
