@@ -249,6 +249,18 @@ def set_rng_state_all(new_states) -> None:
         _rng.set_state(s)
 
 
+def __getattr__(name: str):
+    # ``default_generators``, as torch.cuda's: a neuron torch.Generator needs the native hooks,
+    # which are installed after this module is imported, so it is looked up on first use
+    if name == "default_generators":
+        from . import native
+
+        if not native.available():
+            raise AttributeError(native.missing_message("torch.neuron.default_generators"))
+        return _rng.default_generators()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 # ---- deferred errors (not in torch.cuda: useful for tests and tools) -------------------------
 def has_pending_error() -> bool:
     return ERRORS.pending

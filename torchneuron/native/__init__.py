@@ -8,7 +8,12 @@ training and have no Python route:
   in pinned host memory on PrivateUse1 devices (``find_unused_parameters=True``,
   ``static_graph=True``), and ``pin_memory=True`` anywhere (DataLoader) needs it;
 * ``resizePrivateUse1Bytes`` — ``UntypedStorage.resize_`` on a ``neuron`` storage, which FSDP2
-  uses to free and re-allocate unsharded parameters.
+  uses to free and re-allocate unsharded parameters;
+* ``getNewGenerator`` / ``getDefaultGenerator`` — ``torch.Generator(device="neuron")`` (diffusers
+  pipelines and many scripts pass one as ``generator=``), ``torch.neuron.default_generators``
+  and ``torch.accelerator``'s RNG functions. A neuron generator is a shell around a CPU
+  generator that holds its state (:func:`host_generator`), since the device's random kernels are
+  the host's; the default one wraps :func:`torchneuron.runtime.rng.generator`.
 
 ``neuron_hooks.cpp`` (next to this file) implements one C++ hook object that keeps the
 Python hook object as the authority for its three methods and adds those two; the storage
@@ -23,7 +28,7 @@ source, torch version, Python version and flags under ``TORCHNEURON_CACHE_DIR`` 
 (``python -m torchneuron.native build``). Without a compiler (or with ``TORCHNEURON_NATIVE=0``)
 the device runs with the Python hooks alone and :func:`status` says why; the operations that
 need the missing hooks then fail with PyTorch's "implement getPinnedMemoryAllocator /
-resizePrivateUse1Bytes" error, and ``torchneuron.distributed`` warns once when a process group
+resizePrivateUse1Bytes / getNewGenerator" error, and ``torchneuron.distributed`` warns once when a process group
 is created.
 """
 
@@ -65,6 +70,24 @@ def pinned_stats() -> dict:
     if mod is None:
         return {"bytes": 0, "blocks": 0, "allocations": 0}
     return mod.pinned_stats()
+
+
+def host_generator(g: torch.Generator) -> torch.Generator:
+    """The CPU generator that holds the state of the neuron generator ``g`` (shared, not copied).
+
+    The host kernels that execute the device's random operators take it in place of ``g``.
+    """
+    mod = _state["module"]
+    if mod is None or not _state["installed"]:
+        raise RuntimeError(missing_message("a neuron torch.Generator"))
+    return mod.host_generator(g)
+
+
+def default_generator() -> torch.Generator:
+    """The device's default generator (``torch.neuron.default_generators[0]``)."""
+    if not _state["installed"]:
+        raise RuntimeError(missing_message("torch.neuron.default_generators"))
+    return _state["module"].default_generator()
 
 
 # ---- build --------------------------------------------------------------------------------------
@@ -192,10 +215,12 @@ def install(python_hooks) -> bool:
     if os.environ.get("TORCHNEURON_NATIVE", "1") in ("0", "false", "False", "off"):
         _state["reason"] = "disabled by TORCHNEURON_NATIVE=0"
         return False
+    from ..runtime import rng
+
     try:
         path = build()
         mod = _load(path)
-        ok = mod.install(python_hooks, _resize_storage)
+        ok = mod.install(python_hooks, _resize_storage, rng.generator())
     except Exception as e:  # noqa: BLE001  (no compiler, failed build, ABI mismatch ...)
         _state["reason"] = f"{type(e).__name__}: {e}"
         return False
@@ -211,10 +236,11 @@ def install(python_hooks) -> bool:
 
 def missing_message(feature: str) -> str:
     return (
-        f"{feature} needs torchneuron's native device hooks (pinned host memory and storage "
-        f"resize), which are not installed in this process: {_state['reason']}. Install a C++ "
+        f"{feature} needs torchneuron's native device hooks (pinned host memory, storage "
+        f"resize and device generators), which are not installed in this process: {_state['reason']}. Install a C++ "
         "compiler (g++) and re-import, or run `python -m torchneuron.native build`."
     )
 
 
-__all__ = ["available", "status", "build", "install", "pinned_stats", "missing_message"]
+__all__ = ["available", "status", "build", "install", "pinned_stats", "missing_message",
+           "host_generator", "default_generator"]

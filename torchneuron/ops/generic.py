@@ -295,13 +295,16 @@ def inplace_kernel(op: torch._ops.OpOverload):
 
 
 def with_device_generator(f: OpFacts, hargs: tuple, hkwargs: dict):
-    """Random ops draw from the device generator: fill in a ``generator`` argument left None."""
+    """Random ops draw from the device generator: fill in a ``generator`` argument left None,
+    and give the host kernel the CPU generator behind an explicit ``neuron`` generator."""
     if f.generator_name is not None:
         if f.generator_pos is not None and f.generator_pos < len(hargs):
-            if hargs[f.generator_pos] is None:
-                hargs = hargs[: f.generator_pos] + (rng.generator(),) + hargs[f.generator_pos + 1:]
-        elif hkwargs.get(f.generator_name) is None:
-            hkwargs[f.generator_name] = rng.generator()
+            g = hargs[f.generator_pos]
+            g = rng.generator() if g is None else rng.host_generator(g)
+            hargs = hargs[: f.generator_pos] + (g,) + hargs[f.generator_pos + 1:]
+        else:
+            g = hkwargs.get(f.generator_name)
+            hkwargs[f.generator_name] = rng.generator() if g is None else rng.host_generator(g)
     return hargs, hkwargs
 
 

@@ -3,6 +3,13 @@
 Random kernels of the simulated core draw from one CPU ``torch.Generator`` owned by
 the device (not the CPU default generator), so ``torch.neuron.manual_seed`` and the CPU seed are
 independent, as on a real accelerator, and ``torch.manual_seed`` seeds both.
+
+With the native device hooks (:mod:`torchneuron.native`), ``torch.Generator(device="neuron")``
+makes a generator on ``neuron:0`` whose state is held by a CPU generator of its own; the device's
+default generator (``torch.neuron.default_generators[0]``) is a neuron generator around the one
+below. The host kernels that run random operators receive that CPU generator
+(:func:`host_generator`), so a neuron generator seeded with ``s`` draws the numbers a CPU
+generator seeded with ``s`` draws, just as the device generator does.
 """
 
 from __future__ import annotations
@@ -19,6 +26,30 @@ _generator.manual_seed(DEFAULT_SEED)
 
 def generator() -> torch.Generator:
     return _generator
+
+
+def host_generator(g: torch.Generator) -> torch.Generator:
+    """The generator a host kernel takes for the generator ``g`` passed to a device operator:
+    the CPU generator behind a neuron generator (same state, not a copy); any other as is."""
+    if g.device.type == "neuron":
+        from ..native import host_generator as unwrap
+
+        return unwrap(g)
+    return g
+
+
+_defaults: tuple[torch.Generator, ...] | None = None
+
+
+def default_generators() -> tuple[torch.Generator, ...]:
+    """``(default neuron generator,)``, as ``torch.cuda.default_generators`` (one device).
+    Needs the native hooks; its state is :func:`generator`'s."""
+    global _defaults
+    if _defaults is None:
+        from ..native import default_generator
+
+        _defaults = (default_generator(),)
+    return _defaults
 
 
 @contextmanager
