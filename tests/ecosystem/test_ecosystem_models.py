@@ -6,6 +6,8 @@ import pytest
 import torch
 from hf_helpers import VOCAB, gpt2_lm
 
+import torchneuron.native as native
+
 
 def _lora_run(device: str, steps: int = 15) -> tuple[list[float], object]:
     peft = pytest.importorskip("peft")
@@ -79,7 +81,7 @@ def test_diffusers_unet_and_scheduler_on_neuron():
         ).to(device).eval()
         sched = diffusers.DDIMScheduler(num_train_timesteps=20)
         sched.set_timesteps(4, device=device)
-        g = torch.Generator().manual_seed(0)  # CPU generator: see test_device_generator
+        g = torch.Generator().manual_seed(0)  # a CPU generator; test_device_generator: neuron
         x = randn_tensor((1, 3, 8, 8), generator=g, device=torch.device(device))
         assert x.device.type == device
         with torch.no_grad():
@@ -90,12 +92,27 @@ def test_diffusers_unet_and_scheduler_on_neuron():
     torch.testing.assert_close(run("neuron"), run("cpu"), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=NotImplementedError,
-    reason="device bug: torch.Generator(device='neuron') needs the PrivateUse1 hooks' "
-    "getNewGenerator, which torchneuron does not provide (diffusers pipelines take one)",
-)
+@pytest.mark.skipif(not native.available(), reason=f"needs the native hooks: {native.status()}")
 def test_device_generator():
-    g = torch.Generator(device="neuron").manual_seed(0)
-    assert torch.randn(2, generator=g, device="neuron").device.type == "neuron"
+    # diffusers' idiom: a generator on the pipeline's device, seeded, passed as `generator=`
+    device = torch.device("neuron")
+    g = torch.Generator(device).manual_seed(0)
+    x = torch.randn((1, 3, 8, 8), generator=g, device=device)
+    assert x.device.type == "neuron" and g.device == torch.device("neuron", 0)
+    # the device's random numbers are the host's: the same seed gives CPU's sample
+    assert torch.equal(x.cpu(), torch.randn((1, 3, 8, 8), generator=torch.Generator().manual_seed(0)))
+
+    diffusers = pytest.importorskip("diffusers")
+    from diffusers.utils.torch_utils import randn_tensor
+
+    def run(device: str) -> torch.Tensor:
+        g = torch.Generator(device).manual_seed(0)
+        sched = diffusers.DDPMScheduler(num_train_timesteps=20)
+        sched.set_timesteps(4, device=device)
+        x = randn_tensor((1, 3, 8, 8), generator=g, device=torch.device(device))
+        assert x.device.type == device
+        for t in sched.timesteps:  # DDPM adds fresh noise from `g` at every step
+            x = sched.step(0.1 * x, t, x, generator=g).prev_sample
+        return x.cpu()
+
+    torch.testing.assert_close(run("neuron"), run("cpu"), rtol=1e-5, atol=1e-5)
