@@ -32,6 +32,7 @@ from .executable import (
 from .lowering import LoweringError, first_failing_node, lower, source_location
 from .partition import REGION_PREFIX, partition, split_by_names
 from .passes import (
+    bool_inputs_as_bytes,
     drop_unused_placeholders,
     fill_default_strides,
     output_vals,
@@ -53,6 +54,7 @@ class CompiledRegion(torch.nn.Module):
         t0 = time.perf_counter()
         self._recipe = split_outputs(sub)
         self._kept = drop_unused_placeholders(sub)
+        bool_inputs_as_bytes(sub)
         in_vals, out_vals = placeholder_vals(sub), output_vals(sub)
         record.pass_seconds += time.perf_counter() - t0
         dump.graph(f"{name}.fx.txt", sub)

@@ -155,6 +155,31 @@ def fill_default_strides(gm: fx.GraphModule) -> int:
     return changed
 
 
+def bool_inputs_as_bytes(gm: fx.GraphModule) -> int:
+    """Let boolean inputs cross the executable's boundary as int8 (the same bytes: callers pass
+    a zero-copy ``view(torch.int8)``) and convert them to bool inside the program.
+
+    IREE 3.13's data tiling cannot pack an i1 program argument ("'iree_codegen.load_from_buffer'
+    op buffer and tensor shapes must be compatible": the buffer is i1, the loaded tensor i8),
+    e.g. the causal mask adaptive eager passes into its forward window."""
+    changed = 0
+    for node in [n for n in gm.graph.nodes if n.op == "placeholder"]:
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor) or val.dtype != torch.bool or not node.users:
+            continue
+        with gm.graph.inserting_after(node):
+            as_bool = gm.graph.call_function(torch.ops.prims.convert_element_type.default, (node, torch.bool))
+        node.replace_all_uses_with(as_bool, delete_user_cb=lambda user, new=as_bool: user is not new)
+        as_bool.meta.update(node.meta)
+        node.meta["val"] = val.view(torch.int8)
+        if "tensor_meta" in node.meta:  # what torch-mlir's importer reads the type from
+            node.meta["tensor_meta"] = node.meta["tensor_meta"]._replace(dtype=torch.int8)
+        changed += 1
+    if changed:
+        gm.recompile()
+    return changed
+
+
 # --- outputs that are not computed -----------------------------------------------------------
 
 

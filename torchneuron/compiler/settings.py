@@ -27,6 +27,12 @@ def disk_cache_enabled() -> bool:
     return os.environ.get("TORCHNEURON_CACHE", "1") not in ("0", "false", "False", "off")
 
 
+def data_tiling() -> bool:
+    """Whether programs are compiled with IREE's data tiling (``TORCHNEURON_DATA_TILING``,
+    default on)."""
+    return os.environ.get("TORCHNEURON_DATA_TILING", "1") not in ("0", "false", "False", "off")
+
+
 def dump_dir() -> Path | None:
     d = os.environ.get("TORCHNEURON_DUMP_DIR")
     return Path(d) if d else None
