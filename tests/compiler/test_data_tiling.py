@@ -15,6 +15,9 @@ def _logs(dump_dir):
 
 def test_data_tiling_is_on_by_default_and_can_be_switched_off(monkeypatch):
     assert set(executable.TILING_FLAGS) <= set(executable.compile_flags("module {}"))
+    # not for convolutions (im2col + data tiling: slower ResNet-18)
+    conv = "%0 = stablehlo.convolution(%arg0, %arg1) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]"
+    assert not set(executable.TILING_FLAGS) & set(executable.compile_flags(conv))
     monkeypatch.setenv("TORCHNEURON_DATA_TILING", "0")
     assert not set(executable.TILING_FLAGS) & set(executable.compile_flags("module {}"))
 

@@ -36,7 +36,8 @@ IM2COL_FLAG = "--iree-global-opt-use-im2col-for-convs"
 # Data tiling with microkernels: matmuls run on packed (mmt4d) tiles. Training programs of the
 # GPT-2-style LM of bench/compile.py: backward 160 -> 98 ms, forward 70 -> 53 ms (IREE 3.13, this
 # host). IREE rejects it for some programs; those are compiled again without it (see
-# ``compile_stablehlo``). TORCHNEURON_DATA_TILING=0 leaves it out.
+# ``compile_stablehlo``). Programs with convolutions leave it out: with im2col it made ResNet-18
+# inference slower (243 against 202 ms). TORCHNEURON_DATA_TILING=0 leaves it out everywhere.
 # Two of IREE's code-generation guards reject some tiled dispatches of training programs (a
 # 33 KiB stack frame; a 16 KiB vector); the task system's workers have 128 KiB stacks.
 TILING_FLAGS = ("--iree-opt-data-tiling", "--iree-llvmcpu-enable-ukernels=all",
@@ -59,7 +60,7 @@ def compile_flags(stablehlo: str = "") -> tuple[str, ...]:
     """IREE flags for a module (its StableHLO text decides whether im2col is safe)."""
     grouped = any(int(m.group(2)) > 1 for m in _GROUPED_CONV.finditer(stablehlo))
     flags = BASE_FLAGS if grouped else BASE_FLAGS + (IM2COL_FLAG,)
-    if settings.data_tiling():
+    if settings.data_tiling() and "stablehlo.convolution" not in stablehlo:
         flags += TILING_FLAGS
     return flags if dtype_policy.exact() else flags + DEMOTE_FLAGS
 
