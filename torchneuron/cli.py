@@ -56,8 +56,12 @@ def _run_cache(ns: argparse.Namespace) -> int:
         print(f"cache directory: {CACHE.root}")
         print(f"entries: {len(entries)} ({corrupt} corrupt), {total / 2**20:.2f} MiB on disk")
     else:
+        from .compiler import verdicts
+
         n = CACHE.clear_disk()
         print(f"removed {n} entries from {CACHE.root}")
+        if verdicts.clear():
+            print(f"forgot the remembered lowering verdicts ({verdicts.path().name})")
     return 0
 
 

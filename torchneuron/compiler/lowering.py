@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.fx as fx
 
+from . import verdicts
 from .passes import strip_device_args
 
 _RESIDUAL_TORCH = re.compile(r"\btorch\.(aten|prim|prims|operator|constant|vtensor)\b|!torch\.")
@@ -224,7 +225,11 @@ def node_lowers(node: fx.Node) -> bool:
     key = _key(node)
     with _cache_lock:
         hit = _cache.get(key)
+    if hit is None:
+        hit = verdicts.get(key)  # found by an earlier process
     if hit is not None:
+        with _cache_lock:
+            _cache[key] = hit
         return hit
     try:
         lower(single_node_graph(node), name="probe")
@@ -233,6 +238,7 @@ def node_lowers(node: fx.Node) -> bool:
         ok = False
     with _cache_lock:
         _cache[key] = ok
+    verdicts.put(key, ok)
     return ok
 
 

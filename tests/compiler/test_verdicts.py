@@ -1,0 +1,89 @@
+"""Lowering verdicts per node signature are remembered on disk for later processes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.fx as fx
+
+from torchneuron.compiler import lowering, verdicts
+
+
+@pytest.fixture(autouse=True)
+def _own_cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHNEURON_CACHE_DIR", str(tmp_path))
+
+
+def _new_process(monkeypatch) -> None:
+    """What a new process starts with: no verdicts in memory."""
+    monkeypatch.setattr(verdicts, "_loaded", None)
+    monkeypatch.setattr(lowering, "_cache", {})
+
+
+def _add_node() -> fx.Node:
+    def f(x, y):
+        return x + y
+
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    gm = make_fx(f, tracing_mode="fake")(torch.ones(3), torch.ones(3))
+    return next(n for n in gm.graph.nodes if n.op == "call_function")
+
+
+def test_a_later_process_reuses_the_verdict_without_probing(monkeypatch):
+    _new_process(monkeypatch)
+    node = _add_node()
+    assert lowering.node_lowers(node)  # probed with torch-mlir, and remembered
+    data = json.loads(verdicts.path().read_text())
+    assert data[repr(lowering._key(node))] is True
+
+    _new_process(monkeypatch)
+    probes = []
+    monkeypatch.setattr(lowering, "lower", lambda *a, **k: probes.append(a))
+    assert lowering.node_lowers(node)
+    assert probes == []
+
+
+def test_a_damaged_file_is_ignored_and_rewritten(monkeypatch):
+    _new_process(monkeypatch)
+    verdicts.path().parent.mkdir(parents=True, exist_ok=True)
+    verdicts.path().write_text("{not json")
+    node = _add_node()
+    assert lowering.node_lowers(node)
+    assert json.loads(verdicts.path().read_text())[repr(lowering._key(node))] is True
+
+
+def test_writes_merge_with_other_processes(monkeypatch):
+    _new_process(monkeypatch)
+    verdicts.put(("op.a", (), ()), True)
+    # another process adds its own verdict to the file meanwhile
+    data = json.loads(verdicts.path().read_text())
+    data[repr(("op.b", (), ()))] = False
+    verdicts.path().write_text(json.dumps(data))
+    verdicts.put(("op.c", (), ()), True)
+    merged = json.loads(verdicts.path().read_text())
+    assert merged[repr(("op.a", (), ()))] is True
+    assert merged[repr(("op.b", (), ()))] is False
+    assert verdicts.get(("op.b", (), ())) is False
+
+
+def test_without_the_disk_cache_verdicts_stay_in_memory(monkeypatch):
+    _new_process(monkeypatch)
+    monkeypatch.setenv("TORCHNEURON_CACHE", "0")
+    verdicts.put(("op.memory", (), ()), True)
+    assert verdicts.get(("op.memory", (), ())) is True
+    assert not verdicts.path().exists() or repr(("op.memory", (), ())) not in verdicts.path().read_text()
+
+
+def test_cache_clear_forgets_them(monkeypatch, capsys):
+    from torchneuron.cli import main
+
+    _new_process(monkeypatch)
+    verdicts.put(("op.x", (), ()), True)
+    assert verdicts.path().exists()
+    assert main(["cache", "clear"]) == 0
+    assert not verdicts.path().exists()
+    assert "lowering verdicts" in capsys.readouterr().out
+    assert verdicts.get(("op.x", (), ())) is None
