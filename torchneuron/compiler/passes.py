@@ -3,7 +3,9 @@
 * **Decompositions** — AOTAutograd traces with :data:`DECOMPOSITIONS`: PyTorch's core ATen
   decompositions as torch-mlir expects them, plus the overloads torch-mlir does not legalise
   itself (``aten.squeeze.dims``), plus per-tensor forms of the ``_foreach_*`` ops
-  (``foreach.py``). Functionalisation is AOTAutograd's own.
+  (``foreach.py``), ``convolution_backward`` as convolutions (``convolution.py``), and max
+  pooling with ``ceil_mode`` made explicit (``pooling.py``: torch-mlir pads the window on the
+  wrong side). Functionalisation is AOTAutograd's own.
 * **Random ops** — operators tagged ``nondeterministic_seeded`` (``rand_like`` from dropout,
   ``bernoulli``, ``randn`` …) are never compiled: they stay outside compiled regions, run on the
   device's eager kernels and so draw from the device generator (``torch.neuron.manual_seed``),
@@ -46,11 +48,13 @@ def decompositions() -> dict:
 
     from .convolution import convolution_decompositions
     from .foreach import foreach_decompositions
+    from .pooling import pooling_decompositions
 
     table = dict(get_decomposition_table())
     table.update(get_decompositions(EXTRA_DECOMPOSED))
     table.update(foreach_decompositions())
     table.update(convolution_decompositions())
+    table.update(pooling_decompositions())
     return table
 
 

@@ -1,0 +1,106 @@
+"""Regressions found on the compile model zoo (issue 4), each reduced to the pattern that broke."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from torchneuron.compiler import get_metrics
+from torchneuron.compiler.pooling import max_pool2d_ceil_mode, pooled_size
+
+DEVICE = "neuron"
+_aten = torch.ops.aten
+
+# (input size, kernel, stride, padding, dilation): every one has a partial last window in
+# ceil mode, in one or both dimensions
+CEIL_GEOMETRIES = [
+    ((22, 22), 3, 2, 0, 1),  # SqueezeNet 1.0's second pool
+    ((13, 10), 3, 2, 1, 1),
+    ((9, 14), (2, 3), (2, 2), 0, 1),
+    ((16, 16), 3, 2, 1, 2),
+    ((7, 12), 2, 3, 0, 1),
+    ((12, 8), (3, 2), (2, 1), (1, 0), (1, 2)),
+]
+
+
+def _pool_args(kernel, stride, padding, dilation) -> list:
+    as_list = lambda v: list(v) if isinstance(v, tuple) else [v, v]  # noqa: E731
+    return [as_list(kernel), as_list(stride), as_list(padding), as_list(dilation)]
+
+
+def test_ceil_mode_geometries_have_a_partial_window():
+    for size, kernel, stride, padding, dilation in CEIL_GEOMETRIES:
+        k, s, p, d = _pool_args(kernel, stride, padding, dilation)
+        assert any(pooled_size(size[i], k[i], s[i], p[i], d[i], True) != pooled_size(size[i], k[i], s[i], p[i], d[i], False)
+                   for i in range(2))
+
+
+def test_ceil_mode_decomposition_matches_aten_exhaustively():
+    """The decomposition itself, on the CPU, over every small geometry PyTorch accepts."""
+    torch.manual_seed(0)
+    checked = 0
+    for h, w, k, s, p, d in itertools.product((5, 6, 7, 10), (4, 9), (1, 2, 3), (1, 2, 3), (0, 1), (1, 2)):
+        if p > k // 2 or pooled_size(h, k, s, p, d, True) < 1 or pooled_size(w, k, s, p, d, True) < 1:
+            continue
+        x = torch.randn(2, 3, h, w)
+        args = ([k, k], [s, s], [p, p], [d, d])
+        try:
+            ref_v, ref_i = _aten.max_pool2d_with_indices.default(x, *args, True)
+        except RuntimeError:
+            continue  # a geometry PyTorch rejects
+        got = max_pool2d_ceil_mode(x, *args, True)
+        torch.testing.assert_close(got[0], ref_v, rtol=0, atol=0)
+        torch.testing.assert_close(got[1], ref_i, rtol=0, atol=0)
+        checked += 1
+    assert checked > 100
+    assert max_pool2d_ceil_mode(torch.randn(1, 1, 4, 4), [2, 2], [2, 2], [0, 0], [1, 1], False) is NotImplemented
+
+
+@pytest.mark.parametrize("with_indices", [False, True], ids=["values", "indices"])
+@pytest.mark.parametrize("size,kernel,stride,padding,dilation", CEIL_GEOMETRIES)
+def test_ceil_mode_max_pool_fused_with_its_producer(size, kernel, stride, padding, dilation, with_indices):
+    """torch-mlir pads ceil-mode windows on both sides when only the values are used (every
+    window shifted: SqueezeNet 1.0's features off by 3.6) and fails to lower the pool when the
+    indices are used too. A lone pool runs eagerly, so the pool is fused with a ReLU."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, *size)
+
+    def f(t):
+        v, i = F.max_pool2d(torch.relu(t) - 0.5, kernel, stride, padding, dilation, ceil_mode=True,
+                            return_indices=True)
+        return v * 2, i
+
+    def g(t):
+        return f(t) if with_indices else f(t)[0]
+
+    ref = g(x)
+    got = torch.compile(g, backend="neuron")(x.to(DEVICE))
+    (graph,) = get_metrics()["graphs"].values()
+    assert graph["eager_nodes"] == 0, graph["placement"]
+    if not with_indices:
+        torch.testing.assert_close(got.cpu(), ref, rtol=0, atol=0)
+        return
+    (ref_v, _), (got_v, got_i) = ref, got
+    torch.testing.assert_close(got_v.cpu(), ref_v, rtol=0, atol=0)
+    # ties (several zeros from the ReLU in a window) may pick another position: check values there
+    picked = torch.gather((torch.relu(x) - 0.5).flatten(2), 2, got_i.cpu().flatten(2)).view_as(ref_v)
+    torch.testing.assert_close(picked * 2, ref_v, rtol=0, atol=0)
+
+
+def test_squeezenet_fire_then_ceil_pool_matches_cpu():
+    """The SqueezeNet 1.0 pattern: Fire modules (channel concatenation of two expand convs)
+    into a ceil-mode max pool."""
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    model = torchvision.models.squeezenet1_0(num_classes=10).eval()
+    sub = model.features[:7]  # conv, relu, pool, 3 Fire modules, the ceil-mode pool 22 -> 11
+    x = torch.randn(2, 3, 96, 96)
+    with torch.no_grad():
+        ref = sub(x)
+        got = torch.compile(sub.to(DEVICE), backend="neuron")(x.to(DEVICE)).cpu()
+    (graph,) = get_metrics()["graphs"].values()
+    assert graph["eager_nodes"] == 0, graph["placement"]  # both pools compiled
+    torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)

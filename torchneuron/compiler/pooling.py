@@ -1,0 +1,84 @@
+"""Max pooling in forms that torch-mlir lowers correctly and completely.
+
+* **ceil_mode** — torch-mlir 20261001's StableHLO lowering of ``aten.max_pool2d_with_indices``
+  with ``ceil_mode=True`` pads the ``stablehlo.reduce_window`` on *both* sides by the extra
+  amount the ceiling needs (``padding = [[1, 1], [1, 1]]`` for a 3x3/stride-2 pool of 22x22
+  with ``padding=0``), where PyTorch only extends the window grid at the end (low 0, high 1).
+  Every output window is then shifted up and left by one position: SqueezeNet 1.0's second
+  pool (22x22 -> 11x11) made its features differ by up to 3.6 from the CPU. Minimal
+  reproducer, ``max_pool2d(relu(x), 3, 2, ceil_mode=True)`` for ``x: [2, 4, 22, 22]``, lowers to::
+
+      "stablehlo.reduce_window"(%0, %-inf) <{padding = dense<[[0, 0], [0, 0], [1, 1], [1, 1]]>,
+          window_dimensions = array<i64: 1, 1, 3, 3>, window_strides = array<i64: 1, 1, 2, 2>}>
+
+  That is the lowering when only the values are used; when the indices are used too (a
+  two-result ``reduce_window``) it adds no padding at all and fails to lower ("inferred type(s)
+  'tensor<2x4x10x10xf32>' ... incompatible with return type(s) 'tensor<2x4x11x11xf32>'").
+  Which of the two a model meets depended on the partitioner's per-op verdict: SqueezeNet's
+  first pool (45 -> 22, no partial window) lowers, so the op counts as supported and the second
+  one is compiled, values only, wrongly. (A lone pool node is never compiled — regions of one
+  node run eagerly — so the bug shows only when the pool is fused with its producer.) :func:`max_pool2d_ceil_mode` makes the
+  ceiling explicit instead: the input is padded with ``-inf`` at the bottom/right by exactly
+  what the ceiling adds, then pooled with ``ceil_mode=False``, and the indices (positions in
+  the padded width) are mapped back to the input's width.
+* **backward** — torch-mlir does not lower ``aten.max_pool2d_with_indices_backward``, so each
+  one ran eagerly and split a CNN's backward graph in two regions. PyTorch's decomposition
+  (a ``scatter_add`` of the output gradient into the forward's indices) lowers to
+  ``stablehlo.scatter``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_aten = torch.ops.aten
+
+
+def _pair(v, default: list[int] | None = None) -> list[int]:
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    if not v and default is not None:
+        v = list(default)
+    return v * 2 if len(v) == 1 else v
+
+
+def pooled_size(size: int, kernel: int, stride: int, pad: int, dilation: int, ceil_mode: bool) -> int:
+    """PyTorch's ``pooling_output_shape``: with ``ceil_mode`` the last window must start inside
+    the input or its left padding."""
+    span = size + 2 * pad - dilation * (kernel - 1) - 1 + (stride - 1 if ceil_mode else 0)
+    out = span // stride + 1
+    if ceil_mode and (out - 1) * stride >= size + pad:
+        out -= 1
+    return out
+
+
+def max_pool2d_ceil_mode(x: torch.Tensor, kernel_size, stride=(), padding=(0,), dilation=(1,),
+                         ceil_mode: bool = False):
+    """``max_pool2d_with_indices`` with ``ceil_mode=True`` as a ``-inf`` pad and a floor-mode
+    pool (see the module docstring); other calls are left to the op itself."""
+    if not ceil_mode:
+        return NotImplemented
+    kernel = _pair(kernel_size)
+    strides = _pair(stride, kernel)
+    pads, dils = _pair(padding), _pair(dilation)
+    h, w = x.shape[-2], x.shape[-1]
+    extra = []
+    for size, k, s, p, d in zip((h, w), kernel, strides, pads, dils, strict=True):
+        out = pooled_size(size, k, s, p, d, True)
+        extra.append(max(0, (out - 1) * s + d * (k - 1) + 1 - (size + 2 * p)))
+    if extra == [0, 0]:  # the ceiling adds no window: floor mode gives the same result
+        return _aten.max_pool2d_with_indices.default(x, kernel, strides, pads, dils, False)
+    fill = float("-inf") if x.is_floating_point() else torch.iinfo(x.dtype).min
+    padded = _aten.constant_pad_nd.default(x, [0, extra[1], 0, extra[0]], fill)
+    values, indices = _aten.max_pool2d_with_indices.default(padded, kernel, strides, pads, dils, False)
+    if extra[1]:  # a position in the padded rows of width w + extra, as a position in rows of width w
+        wide = w + extra[1]
+        indices = _aten.add.Tensor(_aten.mul.Tensor(_aten.div.Tensor_mode(indices, wide, rounding_mode="floor"), w),
+                                   _aten.remainder.Scalar(indices, wide))
+    return values, indices
+
+
+def pooling_decompositions() -> dict:
+    return {_aten.max_pool2d_with_indices.default: max_pool2d_ceil_mode}
+
+
+__all__ = ["max_pool2d_ceil_mode", "pooled_size", "pooling_decompositions"]
