@@ -9,6 +9,14 @@ backend. Each overload-with-dtype is placed on the device when its node lowers t
 directly, or after the decompositions the compiler applies — and on the CPU otherwise.
 The result is ``torchneuron/data/op_support.json`` (read by ``ops/placement.py``, so eager,
 adaptive eager and compile mode agree) and the human-readable ``docs/op_support.md``.
+
+The verdicts depend only on the compiler and the OpInfo samples, never on the machine's load
+or the probing order: every torch-mlir call runs in a forked child with a CPU-time (not
+wall-clock) and memory budget, a crash is the verdict of that one graph, verdicts are kept
+per node signature (op, arguments, shapes) and combined per overload+dtype with "any sample
+lowers", and decompositions are functionalised as AOTAutograd does. A worker that dies is
+restarted from ``--state``; a probe is recorded as unsupported only when it kills the worker
+twice. ``--state DIR`` makes a run resumable (run the same command again after an interruption).
 """
 
 from __future__ import annotations
@@ -49,47 +57,150 @@ def _first_dtype(node: fx.Node) -> str | None:
     return None
 
 
-_verdicts: dict[str, bool] = {}
+_verdicts: dict[str, bool] = {}  # signature -> lowers (this sample's node exactly)
+_key_lowers: set[str] = set()  # (op, dtypes) keys some probed sample lowered
 _state_dir: Path | None = None
 
+# CPU seconds a single lowering may use before it counts as a failure. CPU time, not wall
+# time: on a loaded machine a wall-clock budget turned slow-but-fine lowerings into verdicts
+# of "unsupported", so the table depended on what else the machine was doing.
+LOWERING_CPU_SECONDS = 600
+LOWERING_MEMORY_BYTES = 8 * 1024**3  # address space a lowering may add (some blow up)
 
-def _node_supported(node: fx.Node) -> bool:
+
+def _signature(node: fx.Node) -> str:
+    """The node as the lowering sees it: op, every argument (tensors by dtype, shape and
+    stride) and its outputs. Two nodes with equal signatures lower alike."""
+
+    def arg(a):
+        if isinstance(a, fx.Node):
+            return arg(a.meta.get("val"))
+        if isinstance(a, torch.Tensor):
+            return ("T", str(a.dtype), tuple(a.shape), tuple(a.stride()) if a.layout == torch.strided else None)
+        if isinstance(a, (list, tuple)):
+            return tuple(arg(x) for x in a)
+        if isinstance(a, dict):
+            return tuple(sorted((k, arg(v)) for k, v in a.items()))
+        return repr(a)
+
+    return repr((str(node.target), arg(node.args), arg(node.kwargs), arg(node.meta.get("val"))))
+
+
+def _node_supported(node: fx.Node) -> bool | None:
     """Lowers as a single node, or decomposes (as the compiler would) into nodes that do.
 
-    torch-mlir can abort the process on some inputs (an LLVM fatal error): the key being probed
-    is written to ``pending`` first, so the parent process can mark it unsupported and resume.
+    Verdicts are kept per signature (op, arguments, shapes), never for a whole (op, dtypes)
+    key from one sample: the overload+dtype is placed on the device when any of its samples
+    lowers (``aggregate``), whatever order the samples are probed in. Once one sample of a
+    key lowered, further samples of that key cannot change the outcome and are not probed.
+
+    Every torch-mlir call runs in a forked child (``_lowers_isolated``), so a crash or a memory
+    blow-up is that sample's verdict and the direct lowering crashing does not prevent the
+    decomposition from being tried. The worker still writes the signature being probed to
+    ``pending`` (cleared after the probe), so an abort of the worker itself is attributed to
+    the probe under way and to nothing else.
     """
     from torchneuron.compiler.lowering import _key, crashes_lowering
 
     if crashes_lowering(node):
-        # a property of this sample (a ``dim`` on a 0-d tensor), not of the overload and dtypes:
-        # caching it under the overload's key would judge every later sample by it
-        return False
+        # a property of this sample (a ``dim`` on a 0-d tensor), never handed to torch-mlir
+        # by the compiler either: it says nothing about the overload and dtypes (None)
+        return None
     key = repr(_key(node))
-    hit = _verdicts.get(key)
+    if key in _key_lowers:
+        return True
+    sig = _signature(node)
+    hit = _verdicts.get(sig)
     if hit is None:
-        if _state_dir is not None:
-            (_state_dir / "pending").write_text(key)
-        hit = _verdicts[key] = _probe(node)
-        if _state_dir is not None:
-            with open(_state_dir / "verdicts.jsonl", "a") as f:
-                f.write(json.dumps([key, hit]) + "\n")
+        hit = _remember(sig, key, lambda: _probe(node))
+    if hit:
+        _key_lowers.add(key)
     return hit
 
 
-def _probe(node: fx.Node) -> bool:
-    from torchneuron.compiler.lowering import node_lowers, single_node_graph
+def _remember(sig: str, key: str, compute) -> bool:
+    if _state_dir is not None:
+        (_state_dir / "pending").write_text(json.dumps([sig, key]))
+    hit = _verdicts[sig] = bool(compute())
+    if _state_dir is not None:
+        with open(_state_dir / "verdicts.jsonl", "a") as f:
+            f.write(json.dumps([sig, hit, key]) + "\n")
+        (_state_dir / "pending").unlink(missing_ok=True)
+    return hit
+
+
+def _lowers(node: fx.Node) -> bool:
+    """This node alone lowers to StableHLO (exactly this signature; cached)."""
+    from torchneuron.compiler.lowering import _tensor_vals, crashes_lowering, single_node_graph
+
+    if not _tensor_vals(node.meta.get("val")) or crashes_lowering(node):
+        return False
+    sig = "lower:" + _signature(node)
+    hit = _verdicts.get(sig)
+    if hit is None:
+        try:
+            gm = single_node_graph(node)
+        except Exception:  # noqa: BLE001 - e.g. a non-tensor input: not a device computation
+            hit = _verdicts[sig] = False
+        else:
+            hit = _verdicts[sig] = _lowers_isolated(gm)
+    return hit
+
+
+def _lowers_isolated(gm: fx.GraphModule) -> bool:
+    """``lower(gm)`` in a forked child with a CPU-time and memory budget: a segfault, an LLVM
+    abort, a runaway allocation or an endless loop in torch-mlir is a failed lowering of this
+    graph, the same on a quiet and on a busy machine (no wall-clock timeout)."""
+    import resource
+    import signal
+
+    from torchneuron.compiler.lowering import lower
+
+    with open("/proc/self/statm") as f:
+        vm = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        ok = b"0"
+        try:
+            os.close(r)
+            resource.setrlimit(resource.RLIMIT_AS, (vm + LOWERING_MEMORY_BYTES,) * 2)
+            used = resource.getrusage(resource.RUSAGE_SELF)
+            cpu = int(used.ru_utime + used.ru_stime) + LOWERING_CPU_SECONDS
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+            try:
+                lower(gm, name="probe")
+                ok = b"1"
+            except Exception:  # noqa: BLE001 - any failure means "does not lower"
+                ok = b"0"
+            os.write(w, ok)
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as inp:
+        data = inp.read()  # EOF when the child exits, however it exits
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status) and os.environ.get("TORCHNEURON_OP_SUPPORT_VERBOSE"):
+        why = signal.Signals(os.WTERMSIG(status)).name
+        print(f"\n  torch-mlir died ({why}) lowering {gm.graph}", file=sys.stderr)
+    return data == b"1"
+
+
+def _decomposed(node: fx.Node) -> fx.GraphModule | None:
+    """The node after the compiler's decompositions, functionalised as AOTAutograd hands
+    graphs to the compiler (decompositions written with in-place ops, e.g. ``mish_backward``'s
+    ``sub_``, reach the lowering as their functional forms); None when none applies."""
+    from torch.func import functionalize
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torchneuron.compiler.lowering import single_node_graph
     from torchneuron.compiler.passes import decompositions
 
-    if node_lowers(node):
-        return True
     table = decompositions()
     if node.target not in table:
-        return False
+        return None
     try:
         gm = single_node_graph(node)
-        from torch.fx.experimental.proxy_tensor import make_fx
-
         # fresh meta tensors: the node's values belong to the first trace's fake mode
         inputs = [
             torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
@@ -98,11 +209,24 @@ def _probe(node: fx.Node) -> bool:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             dgm = make_fx(gm, decomposition_table=table, tracing_mode="fake")(*inputs)
+            if any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+                   and n.target._schema.is_mutable for n in dgm.graph.nodes):
+                # (only then: the functionalisation pass rejects prims' view ops)
+                dgm = make_fx(functionalize(dgm, remove="mutations"), tracing_mode="fake")(*inputs)
+            return dgm
     except Exception:  # noqa: BLE001 - a decomposition that cannot be traced does not help
+        return None
+
+
+def _probe(node: fx.Node) -> bool:
+    if _lowers(node):
+        return True
+    dgm = _decomposed(node)
+    if dgm is None:
         return False
     for n in dgm.graph.nodes:
         if n.op == "call_function" and n.target not in _SKIP_TARGETS:
-            if not node_lowers(n):
+            if not _lowers(n):
                 return False
     return True
 
@@ -118,41 +242,44 @@ def _trace(fn, args) -> fx.GraphModule | None:
         return None
 
 
-def _sample_graphs(opinfo, dtype, samples: int):
-    sample_iter = opinfo.sample_inputs("cpu", dtype, requires_grad=False)
-    for i, s in enumerate(sample_iter):
-        if i >= samples:
-            break
-        args = [s.input, *s.args]
-        kwargs = dict(s.kwargs)
-        tensor_pos = [j for j, a in enumerate(args) if isinstance(a, torch.Tensor)]
-        if not tensor_pos:
-            continue
-        tensors = [args[j] for j in tensor_pos]
+def _sample_graphs(opinfo, dtype):
+    """Per OpInfo sample (in OpInfo's order), the graphs it traces to: forward, and forward
+    plus backward in float32 for differentiable ops."""
+    for s in opinfo.sample_inputs("cpu", dtype, requires_grad=False):
+        yield list(_graphs_of(opinfo, dtype, s))
 
-        def fwd(*ts, _args=args, _pos=tensor_pos, _kwargs=kwargs):
-            call = list(_args)
-            for j, t in zip(_pos, ts, strict=True):
-                call[j] = t
-            return opinfo.op(*call, **_kwargs)
 
-        gm = _trace(fwd, tensors)
+def _graphs_of(opinfo, dtype, s):
+    args = [s.input, *s.args]
+    kwargs = dict(s.kwargs)
+    tensor_pos = [j for j, a in enumerate(args) if isinstance(a, torch.Tensor)]
+    if not tensor_pos:
+        return
+    tensors = [args[j] for j in tensor_pos]
+
+    def fwd(*ts, _args=args, _pos=tensor_pos, _kwargs=kwargs):
+        call = list(_args)
+        for j, t in zip(_pos, ts, strict=True):
+            call[j] = t
+        return opinfo.op(*call, **_kwargs)
+
+    gm = _trace(fwd, tensors)
+    if gm is not None:
+        yield gm
+    if dtype == torch.float32 and opinfo.supports_autograd:
+        def fwd_bwd(*ts, _fwd=fwd):
+            ts = [t.detach().requires_grad_(t.is_floating_point()) for t in ts]
+            out = _fwd(*ts)
+            outs = [o for o in (out if isinstance(out, (list, tuple)) else [out])
+                    if isinstance(o, torch.Tensor) and o.requires_grad]
+            if not outs:
+                return out
+            diff = [t for t in ts if t.requires_grad]
+            return torch.autograd.grad(sum(o.float().sum() for o in outs), diff, allow_unused=True)
+
+        gm = _trace(fwd_bwd, tensors)
         if gm is not None:
             yield gm
-        if dtype == torch.float32 and opinfo.supports_autograd:
-            def fwd_bwd(*ts, _fwd=fwd):
-                ts = [t.detach().requires_grad_(t.is_floating_point()) for t in ts]
-                out = _fwd(*ts)
-                outs = [o for o in (out if isinstance(out, (list, tuple)) else [out])
-                        if isinstance(o, torch.Tensor) and o.requires_grad]
-                if not outs:
-                    return out
-                diff = [t for t in ts if t.requires_grad]
-                return torch.autograd.grad(sum(o.float().sum() for o in outs), diff, allow_unused=True)
-
-            gm = _trace(fwd_bwd, tensors)
-            if gm is not None:
-                yield gm
 
 
 def _start_memory_watchdog() -> None:
@@ -195,8 +322,11 @@ def _worker(state_dir: Path, samples: int, only: list[str] | None) -> None:
     if vfile.exists():
         for line in vfile.read_text().splitlines():
             if line.strip():
-                k, v = json.loads(line)
-                _verdicts[k] = v
+                sig, hit, key = json.loads(line)
+                _verdicts[sig] = hit
+                if hit:
+                    _key_lowers.add(key)
+    _warm_up()
     entries = _entries(only)
     progress_file = state_dir / "progress"
     start = int(progress_file.read_text()) if progress_file.exists() else 0
@@ -211,26 +341,89 @@ def _worker(state_dir: Path, samples: int, only: list[str] | None) -> None:
     print(file=sys.stderr)
 
 
+SAMPLES_LOOKED_AT = 4  # per requested sample: how far past unjudgeable samples to look ...
+UNJUDGED_ALLOWANCE = 8  # ... and at least this many past the quota (amax's first 4 are 0-d)
+
+
+def _warm_up() -> None:
+    """Import and initialise torch-mlir once in the worker, so that each forked probe does not
+    pay for it again (0.2 s instead of 0.5-0.9 s a probe)."""
+    from torchneuron.compiler.lowering import lower
+
+    gm = _trace(torch.neg, [torch.ones(2)])
+    if gm is not None:
+        try:
+            lower(gm, name="warm_up")
+        except Exception:  # noqa: BLE001 - only a warm-up: the probes report failures
+            pass
+
+
 def _probe_entry(opinfo, samples: int) -> list[list]:
-    """[overload, dtype, lowers, opinfo name] for every backend node of the entry's samples."""
+    """[overload, dtype, lowers, opinfo name] for every backend node of the entry's samples.
+
+    ``samples`` counts the samples that were judged: a sample with a node the compiler never
+    hands to torch-mlir (``crashes_lowering``: reductions over a dim of a 0-d tensor, which
+    OpInfo lists first) is recorded as unjudged (``None``) for that node and does not use up
+    the quota, so ``amax`` is judged on real reductions; at most ``SAMPLES_LOOKED_AT`` times
+    ``samples`` (at least ``samples + UNJUDGED_ALLOWANCE``) samples are looked at. The samples
+    looked at depend only on the OpInfo database, never on timing.
+    """
     records: list[list] = []
     supported = opinfo.supported_dtypes("cpu")
     for dtype in DTYPES:
         if dtype not in supported:
             continue
+        judged = looked = 0
         try:
-            graphs = list(_sample_graphs(opinfo, dtype, samples))
+            for graphs in _sample_graphs(opinfo, dtype):
+                if judged >= samples or looked >= max(samples * SAMPLES_LOOKED_AT, samples + UNJUDGED_ALLOWANCE):
+                    break
+                looked += 1
+                complete = True
+                for gm in graphs:
+                    for node in gm.graph.nodes:
+                        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+                            continue
+                        qualified = node.target.name()  # "aten::add.Tensor", "aten::sum"
+                        d = _first_dtype(node)
+                        if d is not None:
+                            ok = _node_supported(node)
+                            complete = complete and ok is not None
+                            records.append([qualified, d, ok, opinfo.name])
+                if graphs and complete:
+                    judged += 1
         except Exception:  # noqa: BLE001 - OpInfo sample generators can fail for exotic dtypes
             continue
-        for gm in graphs:
-            for node in gm.graph.nodes:
-                if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
-                    continue
-                qualified = node.target.name()  # "aten::add.Tensor", "aten::sum"
-                d = _first_dtype(node)
-                if d is not None:
-                    records.append([qualified, d, _node_supported(node), opinfo.name])
     return records
+
+
+WORKER_DEATHS_PER_PROBE = 2  # a probe is judged "aborts the worker" after this many deaths
+
+
+def record_worker_death(state: Path, deaths: dict[str, int]) -> bool:
+    """Account for a worker that died; True when the run should give up.
+
+    The lowering itself runs in a child of the worker, so the worker rarely dies; when it does
+    (its memory watchdog, the kernel's OOM killer on a busy machine, a crash in tracing), the
+    probe named in ``pending`` is retried once before it is recorded as unsupported, and a
+    death outside any probe is retried without blaming anything (the stale ``pending`` of an
+    earlier probe used to be marked unsupported for a death that had nothing to do with it).
+    """
+    pf = state / "pending"
+    pending = json.loads(pf.read_text()) if pf.exists() else None
+    name = pending[0] if pending else ""
+    deaths[name] += 1
+    if pending is None:
+        print("\nop_support worker died outside a probe: resuming", file=sys.stderr)
+        return deaths[name] > 5
+    if deaths[name] < WORKER_DEATHS_PER_PROBE:
+        print(f"\nop_support worker died probing {name}: retrying it", file=sys.stderr)
+        return False
+    print(f"\nprobe aborted the worker {deaths[name]} times, marked unsupported: {name}", file=sys.stderr)
+    with open(state / "verdicts.jsonl", "a") as f:
+        f.write(json.dumps([name, False, pending[1]]) + "\n")
+    pf.unlink()
+    return sum(deaths.values()) > 200
 
 
 def generate(samples: int = 2, only: list[str] | None = None, state_dir: Path | None = None) -> dict:
@@ -240,22 +433,15 @@ def generate(samples: int = 2, only: list[str] | None = None, state_dir: Path | 
 
     state = Path(state_dir or tempfile.mkdtemp(prefix="op_support_"))
     state.mkdir(parents=True, exist_ok=True)
-    crashes = 0
+    deaths: dict[str, int] = defaultdict(int)  # pending probe (or "" outside one) -> worker deaths
     while True:
         cmd = [sys.executable, "-m", "torchneuron.tools.op_support", "--worker", str(state), "--samples", str(samples)]
         if only:
             cmd += ["--ops", *only]
         if subprocess.run(cmd).returncode == 0:
             break
-        pending = (state / "pending").read_text() if (state / "pending").exists() else None
-        if pending is None:
-            raise RuntimeError("op_support worker failed before probing anything")
-        crashes += 1
-        print(f"\nprobe aborted the compiler, marked unsupported: {pending}", file=sys.stderr)
-        with open(state / "verdicts.jsonl", "a") as f:
-            f.write(json.dumps([pending, False]) + "\n")
-        if crashes > 200:
-            raise RuntimeError("too many compiler aborts")
+        if record_worker_death(state, deaths):
+            raise RuntimeError(f"the op_support worker keeps dying (state in {state})")
     return aggregate(state / "records.jsonl")
 
 
@@ -312,13 +498,18 @@ def functional_counterpart(qualified: str) -> str | None:
 
 
 def aggregate(records_file: Path) -> dict:
+    return aggregate_records(json.loads(line) for line in records_file.read_text().splitlines())
+
+
+def aggregate_records(records) -> dict:
     """Per overload and dtype: on the device when at least one probed sample lowers (placement
     cannot depend on argument values), in-place/``out=`` overloads judged by their functional
     counterpart, runtime operators always on the device."""
     verdicts: dict[str, dict[str, bool]] = defaultdict(dict)
     seen_from: dict[str, set[str]] = defaultdict(set)
-    for line in records_file.read_text().splitlines():
-        qualified, d, ok, name = json.loads(line)
+    for qualified, d, ok, name in records:
+        if ok is None:  # a sample that says nothing about the overload (see _probe_entry)
+            continue
         verdicts[qualified][d] = verdicts[qualified].get(d, False) or ok
         seen_from[qualified].add(name)
     for qualified, per in verdicts.items():
