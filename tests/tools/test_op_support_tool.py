@@ -96,6 +96,13 @@ def test_unjudgeable_samples_do_not_count(monkeypatch):
     assert T.aggregate_records(records)["aten::amax"]["device_dtypes"] == ["float32"]
 
 
+def test_unjudged_only_dtypes_are_left_out():
+    """A dtype seen only in samples the compiler never lowers is no verdict (not "CPU")."""
+    ops = T.aggregate_records([["aten::amax", "float32", None, "amax"], ["aten::amax", "int32", False, "amax"],
+                               ["aten::any.dims", "bool", None, "any"]])
+    assert ops == {"aten::amax": {"device_dtypes": [], "cpu_dtypes": ["int32"], "seen_in": ["amax"]}}
+
+
 def test_worker_death_outside_a_probe_blames_nothing(tmp_path):
     from collections import defaultdict
 

@@ -508,7 +508,10 @@ def aggregate_records(records) -> dict:
     verdicts: dict[str, dict[str, bool]] = defaultdict(dict)
     seen_from: dict[str, set[str]] = defaultdict(set)
     for qualified, d, ok, name in records:
-        if ok is None:  # a sample that says nothing about the overload (see _probe_entry)
+        if ok is None:
+            # a sample the compiler never hands to torch-mlir (see _probe_entry): no evidence
+            # either way; a dtype seen only in such samples is left out of the table, like an
+            # overload no sample reached (a dim of a 0-d tensor is no verdict on the overload)
             continue
         verdicts[qualified][d] = verdicts[qualified].get(d, False) or ok
         seen_from[qualified].add(name)
