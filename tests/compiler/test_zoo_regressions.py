@@ -104,3 +104,39 @@ def test_squeezenet_fire_then_ceil_pool_matches_cpu():
     (graph,) = get_metrics()["graphs"].values()
     assert graph["eager_nodes"] == 0, graph["placement"]  # both pools compiled
     torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)
+
+
+# (kernel, stride, padding, dilation, ceil_mode): overlapping windows (a position picked by
+# several outputs accumulates their gradients), gaps between windows, padding, dilation,
+# a partial last window
+POOL_BACKWARD_GEOMETRIES = [
+    (3, 2, 1, 1, False),  # ResNet's stem pool
+    (2, 2, 0, 1, False),
+    (3, 1, 1, 1, False),
+    (2, 3, 0, 1, False),
+    (3, 2, 0, 1, True),
+    ((3, 2), (2, 1), (1, 0), (2, 1), False),
+    (3, 2, 1, 2, True),
+]
+
+
+@pytest.mark.parametrize("kernel,stride,padding,dilation,ceil_mode", POOL_BACKWARD_GEOMETRIES)
+def test_max_pool_backward_is_compiled_and_matches_cpu(kernel, stride, padding, dilation, ceil_mode):
+    """``max_pool2d_with_indices_backward`` (which torch-mlir does not lower) is decomposed into a
+    scatter-add: the backward graph has no eager node and its gradient is the CPU's."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 13, 12)  # no ties: every window has one maximum
+    w = torch.randn(3, 1, 1)
+
+    def f(t, scale):
+        y = F.max_pool2d(t * scale, kernel, stride, padding, dilation, ceil_mode=ceil_mode)
+        return (y * y).sum()
+
+    xc = x.clone().requires_grad_()
+    f(xc, w).backward()
+    xd = x.to(DEVICE).requires_grad_()
+    torch.compile(f, backend="neuron")(xd, w.to(DEVICE)).backward()
+    graphs = get_metrics()["graphs"]
+    backward = [g for g in graphs.values() if g["kind"] == "backward"]
+    assert backward and all(g["eager_nodes"] == 0 for g in backward), [g["placement"] for g in backward]
+    torch.testing.assert_close(xd.grad.cpu(), xc.grad, rtol=1e-5, atol=1e-5)

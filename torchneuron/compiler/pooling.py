@@ -78,7 +78,11 @@ def max_pool2d_ceil_mode(x: torch.Tensor, kernel_size, stride=(), padding=(0,), 
 
 
 def pooling_decompositions() -> dict:
-    return {_aten.max_pool2d_with_indices.default: max_pool2d_ceil_mode}
+    from torch._decomp import get_decompositions
+
+    table = {_aten.max_pool2d_with_indices.default: max_pool2d_ceil_mode}
+    table.update(get_decompositions([_aten.max_pool2d_with_indices_backward]))
+    return table
 
 
 __all__ = ["max_pool2d_ceil_mode", "pooled_size", "pooling_decompositions"]
