@@ -140,3 +140,33 @@ def test_max_pool_backward_is_compiled_and_matches_cpu(kernel, stride, padding, 
     backward = [g for g in graphs.values() if g["kind"] == "backward"]
     assert backward and all(g["eager_nodes"] == 0 for g in backward), [g["placement"] for g in backward]
     torch.testing.assert_close(xd.grad.cpu(), xc.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_as_strided_that_reshapes_becomes_a_view():
+    from torchneuron.compiler.views import as_strided_as_view
+
+    x = torch.randn(2, 6, 1, 1)
+    for size, stride in (([2, 6, 1, 1], [6, 1, 6, 6]), ([2, 6], [6, 1]), ([12], [1]), ([2, 3, 2], [6, 2, 1])):
+        torch.testing.assert_close(as_strided_as_view(x, size, stride), torch.as_strided(x, size, stride), rtol=0, atol=0)
+    assert as_strided_as_view(x, [6, 2], [1, 6]) is NotImplemented  # a transpose
+    assert as_strided_as_view(x, [2, 6], [6, 1], 1) is NotImplemented  # an offset
+    assert as_strided_as_view(x, [2, 3], [6, 1]) is NotImplemented  # a part
+    assert as_strided_as_view(x.view(2, 6).t(), [12], [1]) is NotImplemented  # not contiguous
+    assert as_strided_as_view(x.view(12)[1:], [11], [1]) is NotImplemented  # not from the storage start
+
+
+def test_adaptive_avg_pool_after_permute_compiles_in_one_piece():
+    """Swin's head: the ``_adaptive_avg_pool2d`` decomposition's ``as_strided`` lowered to a gather
+    whose i64 constants IREE's i64 demotion rejects, so the region was halved down to that node
+    (Swin-T's forward through 10 levels of splitting)."""
+    torch.manual_seed(0)
+
+    def f(x):
+        y = torch.relu(x.permute(0, 3, 1, 2))
+        return torch.flatten(F.adaptive_avg_pool2d(y, 1), 1) * 2
+
+    x = torch.randn(2, 4, 4, 16)
+    got = torch.compile(f, backend="neuron")(x.to(DEVICE)).cpu()
+    (graph,) = get_metrics()["graphs"].values()
+    assert graph["split_regions"] == 0 and graph["eager_nodes"] == 0, graph
+    torch.testing.assert_close(got, f(x), rtol=1e-5, atol=1e-6)

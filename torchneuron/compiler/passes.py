@@ -5,7 +5,8 @@
   itself (``aten.squeeze.dims``), plus per-tensor forms of the ``_foreach_*`` ops
   (``foreach.py``), ``convolution_backward`` as convolutions (``convolution.py``), and max
   pooling with ``ceil_mode`` made explicit (``pooling.py``: torch-mlir pads the window on the
-  wrong side). Functionalisation is AOTAutograd's own.
+  wrong side), and ``as_strided`` calls that only reshape as views (``views.py``: IREE cannot
+  compile torch-mlir's gather for them). Functionalisation is AOTAutograd's own.
 * **Random ops** — operators tagged ``nondeterministic_seeded`` (``rand_like`` from dropout,
   ``bernoulli``, ``randn`` …) are never compiled: they stay outside compiled regions, run on the
   device's eager kernels and so draw from the device generator (``torch.neuron.manual_seed``),
@@ -49,12 +50,14 @@ def decompositions() -> dict:
     from .convolution import convolution_decompositions
     from .foreach import foreach_decompositions
     from .pooling import pooling_decompositions
+    from .views import view_decompositions
 
     table = dict(get_decomposition_table())
     table.update(get_decompositions(EXTRA_DECOMPOSED))
     table.update(foreach_decompositions())
     table.update(convolution_decompositions())
     table.update(pooling_decompositions())
+    table.update(view_decompositions())
     return table
 
 
