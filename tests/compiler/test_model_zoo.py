@@ -21,11 +21,12 @@ TIMEOUT = 900.0  # seconds per model: compile times grow 3x on a loaded 2-core m
 
 # each passed `torchneuron sweep --modes compile`: on 2026-11-30 after the convolution-backward,
 # grouped-convolution, in-place-view and negative-index fixes, except aimv2, aimv2_vision_model,
-# altclip, aria_text, resnext50_32x4d, squeezenet1_1, vgg11 and vgg11_bn (the day before)
+# altclip, aria_text, resnext50_32x4d, squeezenet1_1, vgg11 and vgg11_bn (the day before);
+# squeezenet1_0 (after the ceil-mode pooling fix, 109 s) and swin_t (cold 249 s) later that day
 TORCHVISION = [
     "alexnet", "convnext_tiny", "googlenet", "mnasnet0_5", "mobilenet_v2", "mobilenet_v3_small",
-    "regnet_x_400mf", "regnet_y_400mf", "resnet18", "resnet34", "resnext50_32x4d", "squeezenet1_1",
-    "vgg11", "vgg11_bn",
+    "regnet_x_400mf", "regnet_y_400mf", "resnet18", "resnet34", "resnext50_32x4d", "squeezenet1_0",
+    "squeezenet1_1", "swin_t", "vgg11", "vgg11_bn",
 ]
 TRANSFORMERS = [
     "aimv2", "aimv2_vision_model", "albert", "altclip", "aria_text", "bart", "bert", "biogpt",
