@@ -87,3 +87,30 @@ def test_cache_clear_forgets_them(monkeypatch, capsys):
     assert not verdicts.path().exists()
     assert "lowering verdicts" in capsys.readouterr().out
     assert verdicts.get(("op.x", (), ())) is None
+
+
+def test_verdicts_are_per_shape_and_argument():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def nodes(f, *xs):
+        gm = make_fx(f, tracing_mode="fake")(*xs)
+        return [n for n in gm.graph.nodes if n.op == "call_function"]
+
+    a = nodes(lambda x: torch.sum(x, 0), torch.ones(3, 4))[0]
+    b = nodes(lambda x: torch.sum(x, 0), torch.ones(5, 4))[0]
+    c = nodes(lambda x: torch.sum(x, 1), torch.ones(3, 4))[0]
+    assert len({lowering._key(a), lowering._key(b), lowering._key(c)}) == 3
+
+
+def test_shape_ops_on_0d_tensors_are_probed(monkeypatch):
+    """unsqueeze/squeeze of a scalar lower (a scalar loss .unsqueeze(0)): they are not refused
+    as the 0-d reductions that crash torch-mlir are."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    _new_process(monkeypatch)
+    gm = make_fx(lambda x: torch.ops.aten.unsqueeze.default(x, 0), tracing_mode="fake")(torch.tensor(1.0))
+    node = next(n for n in gm.graph.nodes if n.op == "call_function")
+    assert not lowering.crashes_lowering(node)
+    assert lowering.node_lowers(node)
+    gm = make_fx(lambda x: torch.amax(x, [0], True), tracing_mode="fake")(torch.tensor(1.0))
+    assert lowering.crashes_lowering(next(n for n in gm.graph.nodes if n.op == "call_function"))

@@ -170,12 +170,22 @@ def _tensor_vals(v) -> list:
     return []
 
 
+def _describe_arg(a) -> object:
+    if isinstance(a, fx.Node):
+        return tuple((str(t.dtype), tuple(t.shape)) for t in _tensor_vals(a.meta.get("val")))
+    if isinstance(a, (list, tuple)):
+        return tuple(_describe_arg(x) for x in a)
+    return repr(a)
+
+
 def _key(node: fx.Node) -> tuple:
-    ins = []
-    for a in node.all_input_nodes:
-        ins.extend(str(t.dtype) for t in _tensor_vals(a.meta.get("val")))
-    outs = tuple(str(t.dtype) for t in _tensor_vals(node.meta.get("val")))
-    return (str(node.target), tuple(ins), outs)
+    """The node's signature: op, tensor dtypes and shapes, and its other arguments — whether
+    torch-mlir lowers a node can depend on all of them (a ceil-mode pool lowers for one input
+    size and not another; batch norm on some shapes only)."""
+    args = tuple(_describe_arg(a) for a in node.args)
+    kwargs = tuple(sorted((k, _describe_arg(v)) for k, v in node.kwargs.items()))
+    outs = tuple((str(t.dtype), tuple(t.shape)) for t in _tensor_vals(node.meta.get("val")))
+    return (str(node.target), args, kwargs, outs)
 
 
 def single_node_graph(node: fx.Node) -> fx.GraphModule:
@@ -204,12 +214,18 @@ def single_node_graph(node: fx.Node) -> fx.GraphModule:
     return fx.GraphModule(torch.nn.Module(), g)
 
 
+# shape ops with a ``dim`` that torch-mlir lowers on 0-d tensors (checked one by one)
+_SAFE_ON_0D = frozenset({
+    torch.ops.aten.unsqueeze.default, torch.ops.aten.squeeze.dim, torch.ops.aten.squeeze.dims,
+})
+
+
 def crashes_lowering(node: fx.Node) -> bool:
     """An op that takes a ``dim`` and is applied to a 0-dimensional tensor: torch-mlir 20261001
     segfaults (``amax(x, [0], True)``, ``var``, ``logsumexp``) or hangs (``_softmax``) lowering
     these, taking the process with it, so they are never handed to it."""
     target = node.target
-    if not isinstance(target, torch._ops.OpOverload):
+    if not isinstance(target, torch._ops.OpOverload) or target in _SAFE_ON_0D:
         return False
     if not any(a.name == "dim" for a in target._schema.arguments):
         return False
