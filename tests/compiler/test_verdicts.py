@@ -19,6 +19,7 @@ def _own_cache_dir(tmp_path, monkeypatch):
 def _new_process(monkeypatch) -> None:
     """What a new process starts with: no verdicts in memory."""
     monkeypatch.setattr(verdicts, "_loaded", None)
+    monkeypatch.setattr(verdicts, "_pending", {})
     monkeypatch.setattr(lowering, "_cache", {})
 
 
@@ -36,6 +37,7 @@ def test_a_later_process_reuses_the_verdict_without_probing(monkeypatch):
     _new_process(monkeypatch)
     node = _add_node()
     assert lowering.node_lowers(node)  # probed with torch-mlir, and remembered
+    verdicts.flush()  # (the partitioner flushes once per graph)
     data = json.loads(verdicts.path().read_text())
     assert data[repr(lowering._key(node))] is True
 
@@ -52,17 +54,20 @@ def test_a_damaged_file_is_ignored_and_rewritten(monkeypatch):
     verdicts.path().write_text("{not json")
     node = _add_node()
     assert lowering.node_lowers(node)
+    verdicts.flush()
     assert json.loads(verdicts.path().read_text())[repr(lowering._key(node))] is True
 
 
 def test_writes_merge_with_other_processes(monkeypatch):
     _new_process(monkeypatch)
     verdicts.put(("op.a", (), ()), True)
+    verdicts.flush()
     # another process adds its own verdict to the file meanwhile
     data = json.loads(verdicts.path().read_text())
     data[repr(("op.b", (), ()))] = False
     verdicts.path().write_text(json.dumps(data))
     verdicts.put(("op.c", (), ()), True)
+    verdicts.flush()
     merged = json.loads(verdicts.path().read_text())
     assert merged[repr(("op.a", (), ()))] is True
     assert merged[repr(("op.b", (), ()))] is False
@@ -73,6 +78,7 @@ def test_without_the_disk_cache_verdicts_stay_in_memory(monkeypatch):
     _new_process(monkeypatch)
     monkeypatch.setenv("TORCHNEURON_CACHE", "0")
     verdicts.put(("op.memory", (), ()), True)
+    verdicts.flush()
     assert verdicts.get(("op.memory", (), ())) is True
     assert not verdicts.path().exists() or repr(("op.memory", (), ())) not in verdicts.path().read_text()
 
@@ -82,6 +88,7 @@ def test_cache_clear_forgets_them(monkeypatch, capsys):
 
     _new_process(monkeypatch)
     verdicts.put(("op.x", (), ()), True)
+    verdicts.flush()
     assert verdicts.path().exists()
     assert main(["cache", "clear"]) == 0
     assert not verdicts.path().exists()
@@ -114,3 +121,13 @@ def test_shape_ops_on_0d_tensors_are_probed(monkeypatch):
     assert lowering.node_lowers(node)
     gm = make_fx(lambda x: torch.amax(x, [0], True), tracing_mode="fake")(torch.tensor(1.0))
     assert lowering.crashes_lowering(next(n for n in gm.graph.nodes if n.op == "call_function"))
+
+
+def test_a_compiled_graph_leaves_its_verdicts_on_disk(monkeypatch):
+    from helpers import DEVICE
+
+    _new_process(monkeypatch)
+    f = torch.compile(lambda x: torch.relu(x) * 2 + 1, backend="neuron")
+    f(torch.randn(8, device=DEVICE))
+    data = json.loads(verdicts.path().read_text())
+    assert any("relu" in k for k in data)

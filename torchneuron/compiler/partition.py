@@ -17,6 +17,7 @@ import torch.fx as fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
+from . import verdicts
 from .lowering import node_lowers
 from .passes import is_random
 
@@ -76,6 +77,7 @@ def partition(gm: fx.GraphModule, *, enabled: bool = True) -> tuple[fx.GraphModu
     else:
         partitioner = CapabilityBasedPartitioner(gm, LoweringSupport(), allows_single_node_partition=False)
         partitions = partitioner.propose_partitions()
+        verdicts.flush()  # the probes' verdicts, for later processes
         outer = partitioner.fuse_partitions(partitions, prefix=REGION_PREFIX)
     placement = Placement()
     for name, sub in outer.named_children():

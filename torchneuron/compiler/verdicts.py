@@ -2,11 +2,12 @@
 
 The partitioner asks, for every node, whether it lowers on its own (``lowering.node_lowers``);
 answering means a torch-mlir import of a one-node graph, 20–50 ms each, about a second for a
-transformer's forward graph. The answers depend only on the signature (op and dtypes), the
-torch-mlir and PyTorch versions and the compiler's own code, so they are kept in a small JSON
-file next to the executable cache, named after a fingerprint of all of these (a change to any
-of them starts a new file). Writes merge with what other processes wrote, under a file lock,
-and replace the file atomically. ``TORCHNEURON_CACHE=0`` keeps them in memory only.
+transformer's forward graph. The answers depend only on the node's signature (op, dtypes,
+shapes, other arguments), the torch-mlir and PyTorch versions and the compiler's own code, so
+they are kept in a JSON file next to the executable cache, named after a fingerprint of all of
+these (a change to any of them starts a new file). New verdicts are written once per
+partitioned graph, merged with what other processes wrote under a file lock, replacing the file
+atomically. ``TORCHNEURON_CACHE=0`` keeps them in memory only.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from .cache import _file_lock
 _lock = threading.Lock()
 _loaded: dict[str, bool] | None = None
 _loaded_from: Path | None = None
+_pending: dict[str, bool] = {}
 
 
 @cache
@@ -74,22 +76,32 @@ def get(key: tuple) -> bool | None:
 
 
 def put(key: tuple, ok: bool) -> None:
+    """Remember a verdict in this process; :func:`flush` writes what is new to disk."""
     with _lock:
         _table()[repr(key)] = ok
+        _pending[repr(key)] = ok
+
+
+def flush() -> None:
+    """Merge the verdicts found since the last flush into the file (once per partitioned graph:
+    the file is rewritten whole, so not once per probe)."""
+    with _lock:
         p = _loaded_from
-    if p is None:
+        new = dict(_pending)
+        _pending.clear()
+    if p is None or not new:
         return
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
         with _file_lock(p.with_suffix(".lock")):
             merged = _read(p)
-            merged[repr(key)] = ok
+            merged.update(new)
             fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".verdicts-")
             with os.fdopen(fd, "w") as f:
                 json.dump(merged, f, sort_keys=True)
             os.replace(tmp, p)
     except OSError:
-        return  # a read-only cache directory: the verdict stays in this process
+        return  # a read-only cache directory: the verdicts stay in this process
     with _lock:
         _table().update(merged)  # what other processes found meanwhile
 
@@ -99,6 +111,7 @@ def clear() -> int:
     global _loaded
     with _lock:
         _loaded = None
+        _pending.clear()
     n = 0
     for p in settings.cache_dir().glob("node_verdicts-*.json"):
         p.unlink(missing_ok=True)
