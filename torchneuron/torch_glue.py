@@ -128,7 +128,7 @@ def _patch_printing() -> None:
 
     orig = tstr._str
 
-    from .runtime.storage import _BLOCK
+    from .runtime.storage import has_device_memory
 
     def _real_device_tensor(t) -> bool:
         # fake, functional and meta tensors seen while tracing have no device memory
@@ -136,10 +136,7 @@ def _patch_printing() -> None:
             return False
         if t.layout != torch.strided or torch._is_functional_tensor(t):
             return False
-        try:
-            return _BLOCK in t.untyped_storage().__dict__
-        except (RuntimeError, NotImplementedError):
-            return False
+        return has_device_memory(t)
 
     def _str(self, *, tensor_contents=None):
         if tensor_contents is None and _real_device_tensor(self):

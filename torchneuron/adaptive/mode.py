@@ -43,12 +43,14 @@ def flush(reason: str = "explicit") -> None:
         rec.window = type(w)()
         lazy.FLUSH = None
         lazy.RECORDER = lazy.VIEW = None  # the window's own launches run eagerly
+        lazy.changed()
         try:
             executor.run_window(w, reason)
         finally:
             if _state["mode"] == "adaptive":
                 lazy.RECORDER = _record
                 lazy.VIEW = rec.view
+                lazy.changed()
 
 
 def _sync_flush() -> None:
@@ -59,6 +61,7 @@ def _record(op, args, kwargs):
     r = _recorder(op, args, kwargs)
     if r is not lazy.NOT_RECORDED and lazy.FLUSH is None and _recorder.window.nodes:
         lazy.FLUSH = _sync_flush
+        lazy.changed()
     return r
 
 
@@ -77,10 +80,12 @@ def set_execution_mode(mode: str) -> None:
         _state["mode"] = "adaptive"
         lazy.RECORDER = _record
         lazy.VIEW = _recorder.view
+        lazy.changed()
     else:
         _state["mode"] = "eager"
         lazy.RECORDER = None
         lazy.VIEW = None
+        lazy.changed()
         flush("mode switch")
 
 

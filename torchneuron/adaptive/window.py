@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import torch
 from torch._C._profiler import gather_traceback
 
-from ..runtime.storage import _BLOCK
+from ..runtime.storage import storage_block
 
 _Tensor = torch.Tensor
 _SCALARS = (int, bool, str, complex, type(None), torch.dtype, torch.device, torch.memory_format, torch.layout)
@@ -113,7 +113,7 @@ class Window:
 
     # ---- values ------------------------------------------------------------------------------
     def _use(self, t: _Tensor) -> tuple[tuple, BlockUse | None, object]:
-        block = t.untyped_storage().__dict__.get(_BLOCK)
+        block = storage_block(t.untyped_storage())
         if block is None:
             raise NotRecordable("a device tensor without device memory")
         bid = id(block)
@@ -223,5 +223,5 @@ class Window:
                 self._bind(r, v, produced=False)
             else:
                 self._bind(r, v, produced=True)
-                block = r.untyped_storage().__dict__[_BLOCK]
+                block = storage_block(r.untyped_storage())
                 self.outputs.append(Output(v, weakref.ref(block), tuple(r.shape), tuple(r.stride()), r.dtype))

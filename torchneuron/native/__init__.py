@@ -23,9 +23,10 @@ process, so the C++ object must be registered *before* the Python one: ``torchne
 registration calls :func:`install` first.
 
 Build: with the C++ compiler (``CXX`` or ``c++``/``g++``) at first use, cached by a hash of the
-source, torch version, Python version and flags under ``TORCHNEURON_CACHE_DIR`` (default
-``~/.cache/torchneuron``)/``native``; ``make install`` builds it ahead of time
-(``python -m torchneuron.native build``). Without a compiler (or with ``TORCHNEURON_NATIVE=0``)
+source, torch version, Python version and flags under ``TORCHNEURON_CACHE_DIR``/``native``
+(a build already in the default ``~/.cache/torchneuron/native`` is used as it is); ``make
+install`` builds it ahead of time (``python -m torchneuron.native build``, which also builds the
+C++ eager kernels of :mod:`torchneuron.native.fast`). Without a compiler (or with ``TORCHNEURON_NATIVE=0``)
 the device runs with the Python hooks alone and :func:`status` says why; the operations that
 need the missing hooks then fail with PyTorch's "implement getPinnedMemoryAllocator /
 resizePrivateUse1Bytes / getNewGenerator" error, and ``torchneuron.distributed`` warns once when a process group
@@ -91,12 +92,16 @@ def default_generator() -> torch.Generator:
 
 
 # ---- build --------------------------------------------------------------------------------------
-def _cache_root() -> Path:
-    d = os.environ.get("TORCHNEURON_CACHE_DIR")
-    if d:
-        return Path(d) / "native"
+def _cache_roots() -> list[Path]:
+    """Where built modules are looked for: under ``TORCHNEURON_CACHE_DIR`` (built there when
+    missing everywhere), then the default cache, which ``make install`` fills — a process given
+    a private compile cache (tests, sweeps) need not rebuild the same module."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "torchneuron" / "native"
+    default = Path(base) / "torchneuron" / "native"
+    d = os.environ.get("TORCHNEURON_CACHE_DIR")
+    if d and Path(d) / "native" != default:
+        return [Path(d) / "native", default]
+    return [default]
 
 
 def _compiler() -> str | None:
@@ -115,34 +120,39 @@ def _torch_dirs() -> tuple[Path, Path]:
     return root / "include", root / "lib"
 
 
-def _key(cxx: str) -> str:
+def _key(cxx: str, source: Path = SOURCE) -> str:
     h = hashlib.sha256()
-    h.update(SOURCE.read_bytes())
+    h.update(source.read_bytes())
     h.update(repr((torch.__version__, sys.version, sysconfig.get_platform(), cxx, CXXFLAGS,
                    torch.compiled_with_cxx11_abi(), str(_torch_dirs()[0]))).encode())
     return h.hexdigest()[:20]
 
 
-def _command(cxx: str, out: Path) -> list[str]:
+def _command(cxx: str, out: Path, source: Path = SOURCE) -> list[str]:
     inc, lib = _torch_dirs()
     abi = int(torch.compiled_with_cxx11_abi())
     return [
         cxx, *CXXFLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
         f"-I{inc}", f"-I{sysconfig.get_paths()['include']}",
-        str(SOURCE), "-o", str(out),
+        str(source), "-o", str(out),
         f"-L{lib}", "-lc10", "-ltorch_cpu", "-ltorch_python", f"-Wl,-rpath,{lib}",
     ]
 
 
-def build(force: bool = False) -> Path:
-    """Compile ``neuron_hooks.cpp`` into the cache (once per source/torch/Python); its path."""
+def build(force: bool = False, source: Path = SOURCE, module: str = MODULE) -> Path:
+    """Compile ``source`` (default ``neuron_hooks.cpp``) into the cache as extension module
+    ``module`` (once per source/torch/Python); its path."""
     cxx = _compiler()
     if cxx is None:
         raise RuntimeError("no C++ compiler found (set CXX or install g++)")
-    target_dir = _cache_root() / _key(cxx)
-    target = target_dir / f"{MODULE}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
-    if target.exists() and not force:
-        return target
+    key = _key(cxx, source)
+    name = f"{module}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
+    if not force:
+        for root in _cache_roots():
+            if (root / key / name).exists():
+                return root / key / name
+    target_dir = _cache_roots()[0] / key
+    target = target_dir / name
     target_dir.mkdir(parents=True, exist_ok=True)
     import fcntl
 
@@ -154,10 +164,10 @@ def build(force: bool = False) -> Path:
             fd, tmp = tempfile.mkstemp(dir=target_dir, suffix=".so.tmp")
             os.close(fd)
             try:
-                proc = subprocess.run(_command(cxx, Path(tmp)), capture_output=True, text=True)
+                proc = subprocess.run(_command(cxx, Path(tmp), source), capture_output=True, text=True)
                 if proc.returncode != 0:
                     raise RuntimeError(
-                        f"building {SOURCE.name} failed ({' '.join(_command(cxx, Path(tmp)))}):\n"
+                        f"building {source.name} failed ({' '.join(_command(cxx, Path(tmp), source))}):\n"
                         + (proc.stderr or proc.stdout)[-3000:]
                     )
                 os.replace(tmp, target)
@@ -169,8 +179,8 @@ def build(force: bool = False) -> Path:
     return target
 
 
-def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(f"torchneuron.native.{MODULE}", path)
+def _load(path: Path, module: str = MODULE):
+    spec = importlib.util.spec_from_file_location(f"torchneuron.native.{module}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -191,7 +201,7 @@ def _resize_storage(st: torch.UntypedStorage, nbytes: int) -> int:
     if lazy.FLUSH is not None:
         lazy.FLUSH()  # recorded work must land in the old bytes before they move
     d = st.__dict__
-    old = d.get(rs._BLOCK)
+    old = rs.storage_block(st)
     if nbytes == 0:
         d.pop(rs._BLOCK, None)
         return 0

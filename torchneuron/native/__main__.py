@@ -1,4 +1,5 @@
-"""``python -m torchneuron.native build`` — compile the native device hooks into the cache."""
+"""``python -m torchneuron.native build`` — compile the native device hooks and the C++ fast
+kernels into the cache."""
 
 from __future__ import annotations
 
@@ -6,18 +7,19 @@ import sys
 
 
 def main(argv: list[str]) -> int:
-    from . import build, status
+    from . import build, fast, status
 
     if argv[:1] in ([], ["build"]):
         try:
-            path = build(force="--force" in argv)
+            for builder in (build, fast.build):
+                print(builder(force="--force" in argv))
         except RuntimeError as e:
             print(f"torchneuron.native: {e}", file=sys.stderr)
             return 1
-        print(path)
         return 0
     if argv[:1] == ["status"]:
         print(status())
+        print(fast.status())
         return 0
     print("usage: python -m torchneuron.native [build [--force] | status]", file=sys.stderr)
     return 2

@@ -14,7 +14,7 @@ import os
 
 import torch
 
-from ..runtime.storage import _BLOCK, host
+from ..runtime.storage import has_device_memory, host
 
 aten = torch.ops.aten
 _FLASH = 1  # sdp::SDPBackend::flash_attention
@@ -39,7 +39,7 @@ def _choice(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa) -> int:
 
 def _device_memory(t) -> bool:
     """A real device tensor (not a fake or functional one seen while tracing)."""
-    return t.device.type == "neuron" and _BLOCK in t.untyped_storage().__dict__
+    return t.device.type == "neuron" and has_device_memory(t)
 
 
 def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False):

@@ -28,8 +28,9 @@ METADATA_MUTATING = frozenset(
 )
 
 
-# Random operators. Those without a ``generator`` argument draw from the CPU default generator
-# in their host kernel, so the device generator is swapped in around them.
+# Random operators (besides those tagged ``nondeterministic_seeded``, e.g. attention with
+# dropout). Those without a ``generator`` argument draw from the CPU default generator in their
+# host kernel, so the device generator is swapped in around them.
 RANDOM = frozenset(
     {
         "aten::rand", "aten::randn", "aten::randint", "aten::randperm", "aten::rand_like",
@@ -125,7 +126,8 @@ def facts(op: torch._ops.OpOverload) -> OpFacts:
         metadata_mutating=name in METADATA_MUTATING,
         inplace_or_out=bool(written),
         num_positional=num_pos,
-        random_without_generator=name in RANDOM and gen_name is None,
+        random_without_generator=(name in RANDOM or torch.Tag.nondeterministic_seeded in op.tags)
+        and gen_name is None,
         returns_alias=any(r.alias_info is not None for r in schema.returns),
         returns_self_or_none=_returns_self_or_none(schema),
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from ..native import fast
 from ..runtime import lazy
 from . import attention, autocast, compute_kernels, fallback, generic, memory_ops, placement
 from .opinfo import facts
@@ -34,6 +35,19 @@ def _integer_histc(kernel):
 
 def _boxed_fallback(keyset, op, *args, **kwargs):
     return generic.run(op, args, kwargs)
+
+
+# dtypes whose tensors the C++ fast kernels take (others go to the Python kernel)
+_FAST_DTYPES = frozenset({"float32", "bfloat16", "float16", "int8", "int16", "int32", "int64", "uint8", "bool",
+                          "float8_e4m3fn", "float8_e5m2", "float64"})
+
+
+def _plain_device_op(op) -> bool:
+    """An operator the C++ fast kernels can serve: on the device for every dtype they take,
+    functional with fresh results or in-place on its first argument only."""
+    f = facts(op)
+    cpu = placement.cpu_dtypes(f.qualified)
+    return cpu is not True and not (cpu & _FAST_DTYPES) and (f.plain_functional or f.plain_inplace)
 
 
 def _kernel_for(op):
@@ -105,20 +119,33 @@ def install() -> None:
         for name, fn in table.items():
             impl.impl(name, fn, "PrivateUse1")
             dedicated.add(name)
+    views: dict[str, object] = {}
     for ops, make in ((memory_ops.VIEW_OPS, memory_ops._meta_view),
                       (memory_ops.INPLACE_VIEW_OPS, memory_ops._meta_inplace_view)):
         for op in ops:
             overload = op._overloadname
             name = op._schema.name.split("::", 1)[1] + ("" if overload == "default" else f".{overload}")
-            impl.impl(name, make(op), "PrivateUse1")
+            views[name] = make(op)
             dedicated.add(name)
+    served = fast.register(views, meta=True)  # C++ when built; the Python kernels otherwise
+    for name, kernel in views.items():
+        if name not in served:
+            impl.impl(name, kernel, "PrivateUse1")
+    plain: dict[str, object] = {}
     for qualname, name, op in _aten_overloads():
         if name in dedicated or not _wants_generic(qualname, op):
             continue
         kernel = _kernel_for(op)
         if name == "histc":
             kernel = _integer_histc(kernel)
+        elif _plain_device_op(op):
+            plain[name] = kernel  # served from C++ (when built); this kernel takes what C++ cannot
+            continue
         impl.impl(name, kernel, "PrivateUse1")
+    served = fast.register(plain)
+    for name, kernel in plain.items():
+        if name not in served:
+            impl.impl(name, kernel, "PrivateUse1")
     fallback = torch.library.Library("_", "IMPL")
     fallback.fallback(_boxed_fallback, dispatch_key="PrivateUse1", with_keyset=True)
     _libs.extend([impl, fallback])

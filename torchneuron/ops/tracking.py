@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from ..native import fast
+
 _executed: Counter[str] = Counter()
 _fallback: Counter[str] = Counter()
 _transfers: Counter[str] = Counter()
@@ -35,7 +37,9 @@ def transfer_stats() -> dict[str, int]:
 
 def get_executed_ops() -> dict[str, int]:
     """Operators executed on the NeuronCore since the last clear, with counts."""
-    return dict(_executed)
+    executed = Counter(_executed)
+    executed.update(fast.counts())  # calls the C++ kernels ran without entering Python
+    return dict(executed)
 
 
 def get_fallback_ops() -> dict[str, int]:
@@ -45,5 +49,6 @@ def get_fallback_ops() -> dict[str, int]:
 
 def clear_op_tracking() -> None:
     _executed.clear()
+    fast.clear_counts()
     _fallback.clear()
     _transfers.clear()

@@ -29,16 +29,15 @@ def _observer(action: str, nbytes: int, allocated: int) -> None:
 def record_memory_history(enabled: bool = True, max_entries: int = 100_000) -> None:
     """Start (``True``) or stop (``False``) keeping the allocation/free history of ``neuron:0``."""
     global _history, _max_entries
-    obs = state.allocator().observers
+    alloc = state.allocator()
     if enabled:
         _max_entries = max_entries
         if _history is None:
             _history = []
-        if _observer not in obs:
-            obs.append(_observer)
+        if _observer not in alloc.observers:
+            alloc.add_observer(_observer)
     else:
-        if _observer in obs:
-            obs.remove(_observer)
+        alloc.remove_observer(_observer)
         _history = None
 
 

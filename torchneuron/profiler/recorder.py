@@ -230,7 +230,7 @@ def _attach(session: Session) -> None:
         if not _FANOUT.sessions:
             _FANOUT.allocator = state.allocator()
             activity.set_recorder(_FANOUT)
-            state.allocator().observers.append(_FANOUT.on_memory)
+            state.allocator().add_observer(_FANOUT.on_memory)
         _FANOUT.sessions.append(session)
 
 
@@ -241,9 +241,7 @@ def _detach(session: Session) -> None:
         if not _FANOUT.sessions:
             if activity.RECORDER is _FANOUT:
                 activity.set_recorder(None)
-            obs = state.allocator().observers
-            if _FANOUT.on_memory in obs:
-                obs.remove(_FANOUT.on_memory)
+            state.allocator().remove_observer(_FANOUT.on_memory)
 
 
 def is_recording() -> bool:

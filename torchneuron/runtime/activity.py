@@ -18,10 +18,13 @@ class Recorder(Protocol):
 
 
 RECORDER: Recorder | None = None
+ON_CHANGE = None  # called after the recorder changes (the C++ fast kernels stand aside while set)
 
 
 def set_recorder(recorder: Recorder | None) -> Recorder | None:
     """Install ``recorder`` (or remove it with ``None``); returns the previous one."""
     global RECORDER
     previous, RECORDER = RECORDER, recorder
+    if ON_CHANGE is not None:
+        ON_CHANGE()
     return previous

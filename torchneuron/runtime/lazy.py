@@ -16,6 +16,14 @@ from collections.abc import Callable
 
 NOT_RECORDED = object()
 
+# called (if set) after RECORDER / FLUSH change: the C++ fast kernels stand aside while set
+ON_CHANGE: Callable[[], None] | None = None
+
+
+def changed() -> None:
+    if ON_CHANGE is not None:
+        ON_CHANGE()
+
 RECORDER: Callable | None = None
 VIEW: Callable | None = None  # (op, args, kwargs, result) after a view op ran, while recording
 FLUSH: Callable[[], None] | None = None

@@ -77,8 +77,67 @@ class Block:
                 pass
 
 
+class PyAccounts:
+    """The allocator's figures, kept in Python (the C++ fast kernels keep them in
+    ``torchneuron.native.fast_kernels`` instead, see :class:`NativeAccounts`)."""
+
+    def __init__(self) -> None:
+        self.capacity = 0
+        self._v = [0] * 7  # allocated, reserved, peak allocated, peak reserved, allocs, frees, active
+
+    def set_capacity(self, n: int) -> None:
+        self.capacity = n
+
+    def alloc(self, nbytes: int, rounded: int, from_cache: bool) -> None:
+        v = self._v
+        v[0] += nbytes
+        if not from_cache:
+            v[1] += rounded
+        v[4] += 1
+        v[6] += 1
+        if v[0] > v[2]:
+            v[2] = v[0]
+        if v[1] > v[3]:
+            v[3] = v[1]
+
+    def free(self, nbytes: int, rounded: int, to_cache: bool) -> None:
+        v = self._v
+        v[0] -= nbytes
+        if not to_cache:
+            v[1] -= rounded
+        v[5] += 1
+        v[6] -= 1
+
+    def unreserve(self, n: int) -> None:
+        self._v[1] -= n
+
+    def get(self) -> tuple[int, ...]:
+        return tuple(self._v)
+
+    def reset_peak(self) -> None:
+        self._v[2], self._v[3] = self._v[0], self._v[1]
+
+    def reset_counts(self) -> None:
+        self._v[4] = self._v[5] = 0
+
+
+class NativeAccounts:
+    """The allocator's figures in the C++ fast-kernel module, which adopts kernel results as
+    device memory without entering Python and accounts for them in the same numbers."""
+
+    def __init__(self, module) -> None:
+        self.alloc = module.account_alloc
+        self.free = module.account_free
+        self.unreserve = module.account_unreserve
+        self.get = module.account_get
+        self.reset_peak = module.account_reset_peak
+        self.reset_counts = module.account_reset_counts
+        self.set_capacity = module.set_capacity
+
+
 class DeviceAllocator:
-    def __init__(self, capacity: int, cache_limit: int | None = None):
+    def __init__(self, capacity: int, cache_limit: int | None = None, accounts=None):
+        self.accounts = PyAccounts() if accounts is None else accounts
         self.capacity = capacity
         if cache_limit is None:
             cache_limit = int(float(os.environ.get("TORCHNEURON_CACHE_LIMIT_MB", "1024")) * MiB)
@@ -88,39 +147,62 @@ class DeviceAllocator:
         self._cached_bytes = 0  # rounded bytes held by the cache
         self.reset_all_stats()
         self.observers: list = []  # callables (event, nbytes, allocated) for profilers
+        self.on_observers_changed = None  # set by the fast kernels: they stand aside while observed
 
     # ---- statistics -----------------------------------------------------------------------
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @capacity.setter
+    def capacity(self, n: int) -> None:
+        self._capacity = n
+        self.accounts.set_capacity(n)
+
+    allocated = property(lambda self: self.accounts.get()[0])
+    reserved = property(lambda self: self.accounts.get()[1])
+    peak_allocated = property(lambda self: self.accounts.get()[2])
+    peak_reserved = property(lambda self: self.accounts.get()[3])
+    num_allocs = property(lambda self: self.accounts.get()[4])
+    num_frees = property(lambda self: self.accounts.get()[5])
+    active_blocks = property(lambda self: self.accounts.get()[6])
+
+    def add_observer(self, fn) -> None:
+        self.observers.append(fn)
+        if self.on_observers_changed is not None:
+            self.on_observers_changed()
+
+    def remove_observer(self, fn) -> None:
+        if fn in self.observers:
+            self.observers.remove(fn)
+        if self.on_observers_changed is not None:
+            self.on_observers_changed()
+
     def reset_all_stats(self) -> None:
-        self.allocated = 0
-        self.reserved = 0
-        self.peak_allocated = 0
-        self.peak_reserved = 0
-        self.num_allocs = 0
-        self.num_frees = 0
+        self.accounts.reset_counts()
         self.num_cache_hits = 0
         self.num_ooms = 0
         self.num_cache_flushes = 0
-        self.active_blocks = 0
 
     def reset_peak(self) -> None:
         with self._lock:
-            self.peak_allocated = self.allocated
-            self.peak_reserved = self.reserved
+            self.accounts.reset_peak()
 
     # ---- allocation -----------------------------------------------------------------------
     def _check_capacity(self, nbytes: int, rounded: int) -> None:
         if self.reserved + rounded <= self.capacity:
             return
         self._empty_cache_locked()
-        if self.reserved + rounded <= self.capacity:
+        reserved = self.reserved
+        if reserved + rounded <= self.capacity:
             return
         self.num_ooms += 1
-        free = max(0, self.capacity - self.reserved)
+        free = max(0, self.capacity - reserved)
         raise torch.OutOfMemoryError(
             f"neuron out of memory: tried to allocate {_fmt_bytes(nbytes)} on neuron:0 "
             f"(simulated {self._target_name()} logical NeuronCore with {_fmt_bytes(self.capacity)} "
             f"of HBM; {_fmt_bytes(self.allocated)} allocated by live tensors, "
-            f"{_fmt_bytes(self.reserved)} reserved, {_fmt_bytes(free)} free). "
+            f"{_fmt_bytes(reserved)} reserved, {_fmt_bytes(free)} free). "
             "Free tensors you no longer need, use a smaller batch, or raise the simulated "
             "capacity with TORCHNEURON_HBM_GIB."
         )
@@ -132,18 +214,11 @@ class DeviceAllocator:
         return state.target().name
 
     def _account(self, nbytes: int, rounded: int, from_cache: bool) -> None:
-        self.allocated += nbytes
-        if not from_cache:
-            self.reserved += rounded
-        self.num_allocs += 1
-        self.active_blocks += 1
-        if self.allocated > self.peak_allocated:
-            self.peak_allocated = self.allocated
-        if self.reserved > self.peak_reserved:
-            self.peak_reserved = self.reserved
+        self.accounts.alloc(nbytes, rounded, from_cache)
         if self.observers:
+            allocated = self.allocated
             for obs in self.observers:
-                obs("alloc", nbytes, self.allocated)
+                obs("alloc", nbytes, allocated)
 
     def allocate(self, nbytes: int) -> Block:
         """A block of exactly ``nbytes`` bytes, from the cache when one of that size is free."""
@@ -175,8 +250,7 @@ class DeviceAllocator:
         if not counted:
             return Block(host, nbytes, rounded, self, cacheable=False, counted=False)
         with self._lock:
-            if self.reserved + rounded > self.capacity:
-                self._check_capacity(nbytes, rounded)
+            self._check_capacity(nbytes, rounded)
             self._account(nbytes, rounded, from_cache=False)
             return Block(host, nbytes, rounded, self, cacheable=False)
 
@@ -185,12 +259,10 @@ class DeviceAllocator:
             block.allocator = None
             return
         with self._lock:
-            self.allocated -= block.nbytes
-            self.num_frees += 1
-            self.active_blocks -= 1
             host = block.host
             block.allocator = None
             if block.cacheable and host is not None and block.rounded <= self.cache_limit:
+                self.accounts.free(block.nbytes, block.rounded, True)
                 self._cache.setdefault(block.nbytes, []).append(host)
                 self._cache.move_to_end(block.nbytes)
                 self._cached_bytes += block.rounded
@@ -199,14 +271,15 @@ class DeviceAllocator:
                     bucket.pop()
                     r = round_size(size)
                     self._cached_bytes -= r
-                    self.reserved -= r
+                    self.accounts.unreserve(r)
                     if not bucket:
                         del self._cache[size]
             else:
-                self.reserved -= block.rounded
+                self.accounts.free(block.nbytes, block.rounded, False)
             if self.observers:
+                allocated = self.allocated
                 for obs in self.observers:
-                    obs("free", block.nbytes, self.allocated)
+                    obs("free", block.nbytes, allocated)
 
     def empty_cache(self) -> None:
         with self._lock:
@@ -215,7 +288,7 @@ class DeviceAllocator:
     def _empty_cache_locked(self) -> None:
         if self._cached_bytes:
             self.num_cache_flushes += 1
-        self.reserved -= self._cached_bytes
+        self.accounts.unreserve(self._cached_bytes)
         self._cached_bytes = 0
         self._cache.clear()
 
@@ -226,15 +299,16 @@ class DeviceAllocator:
     # ---- reports ---------------------------------------------------------------------------
     def stats(self) -> dict[str, int]:
         with self._lock:
+            allocated, reserved, peak_allocated, peak_reserved, allocs, frees, active = self.accounts.get()
             return {
-                "allocated_bytes.all.current": self.allocated,
-                "allocated_bytes.all.peak": self.peak_allocated,
-                "reserved_bytes.all.current": self.reserved,
-                "reserved_bytes.all.peak": self.peak_reserved,
+                "allocated_bytes.all.current": allocated,
+                "allocated_bytes.all.peak": peak_allocated,
+                "reserved_bytes.all.current": reserved,
+                "reserved_bytes.all.peak": peak_reserved,
                 "inactive_split_bytes.all.current": self._cached_bytes,
-                "active.all.current": self.active_blocks,
-                "allocation.all.allocated": self.num_allocs,
-                "allocation.all.freed": self.num_frees,
+                "active.all.current": active,
+                "allocation.all.allocated": allocs,
+                "allocation.all.freed": frees,
                 "num_alloc_retries": self.num_cache_flushes,
                 "num_ooms": self.num_ooms,
                 "num_cache_hits": self.num_cache_hits,
@@ -263,4 +337,4 @@ class DeviceAllocator:
         return "\n".join(out) + "\n"
 
 
-__all__ = ["Block", "DeviceAllocator", "round_size", "GiB"]
+__all__ = ["Block", "DeviceAllocator", "NativeAccounts", "PyAccounts", "round_size", "GiB"]

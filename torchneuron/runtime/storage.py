@@ -17,8 +17,9 @@ from __future__ import annotations
 import torch
 from torch._C import DispatchKey, DispatchKeySet
 
+from ..native import fast
 from . import lazy, state
-from .memory import Block
+from .memory import Block, round_size
 
 DEVICE = torch.device("neuron", 0)
 _CPU_KEYS = DispatchKeySet(DispatchKey.CPU)
@@ -49,14 +50,38 @@ def repoint(t: torch.Tensor, block: Block | None, size, stride, offset: int) -> 
     _set_storage._handle.redispatch_boxed(_CPU_KEYS, t, st, offset, size, stride)
 
 
-def block_of(t: torch.Tensor) -> Block:
+def storage_block(st: torch.UntypedStorage) -> Block | None:
+    """The block behind a device storage, or None if it has no device memory (a fake tensor's).
+
+    Storages whose memory the C++ kernels adopted (``torchneuron.native.fast``) own their bytes
+    themselves (through the kernel's CPU result storage); the first time Python code needs their
+    bytes they get a block over that CPU storage, not counted (the C++ accounts hold them)."""
+    block = st.__dict__.get(_BLOCK)
+    if block is None:
+        hs = fast.host_storage(st)  # the kernel's result storage: host aliases keep it alive
+        if hs is not None:
+            nbytes = st.nbytes()
+            block = Block(hs, nbytes, round_size(nbytes), state.allocator(), cacheable=False, counted=False)
+            st.__dict__[_BLOCK] = block
+    return block
+
+
+def has_device_memory(t: torch.Tensor) -> bool:
+    """A real device tensor, not a fake/functional/meta one seen while tracing."""
     try:
-        return t.untyped_storage().__dict__[_BLOCK]
-    except KeyError:
+        return storage_block(t.untyped_storage()) is not None
+    except (RuntimeError, NotImplementedError, TypeError):
+        return False
+
+
+def block_of(t: torch.Tensor) -> Block:
+    block = storage_block(t.untyped_storage())
+    if block is None:
         raise RuntimeError(
             f"neuron tensor of shape {tuple(t.shape)} has no device memory attached; it was not "
             "created by torchneuron (internal error, please report)"
-        ) from None
+        )
+    return block
 
 
 def _flat(block: Block, dtype: torch.dtype) -> torch.Tensor:
