@@ -14,6 +14,10 @@ Blocks the allocator handed out are reused by exact byte size (a training loop a
 same sizes every step); the cache holds at most ``TORCHNEURON_CACHE_LIMIT_MB`` (default 1024)
 of freed blocks. Buffers a kernel computed and the device adopted go back to the host
 allocator when they die (they count in ``reserved`` only while alive).
+
+The figures themselves live in an accounts object: in the C++ eager-kernel module when it is
+built (:class:`NativeAccounts`; those kernels adopt their results without entering Python and
+account for them in the same numbers), in Python otherwise (:class:`PyAccounts`).
 """
 
 from __future__ import annotations
