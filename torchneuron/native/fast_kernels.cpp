@@ -411,7 +411,9 @@ struct FastKernel final : c10::OperatorKernel {
         return give_up("has a dtype the device computes differently");
       }
     }
-    call.sync_geometry();
+    if (writes(op)) {
+      call.sync_geometry();  // only a kernel writing in place can have restrided an argument
+    }
     torch::jit::Stack results;
     results.reserve(host.size());
     for (c10::IValue& r : host) {

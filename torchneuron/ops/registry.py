@@ -110,6 +110,15 @@ def _aten_overloads():
         yield qualname, name, op
 
 
+def _install_served(impl, kernels: dict, meta: bool) -> None:
+    """The C++ fast kernels serve ``kernels`` when built (the Python kernels then sit behind
+    them); otherwise the Python kernels go straight onto PrivateUse1."""
+    served = fast.register(kernels, meta=meta)
+    for name, kernel in kernels.items():
+        if name not in served:
+            impl.impl(name, kernel, "PrivateUse1")
+
+
 def install() -> None:
     if _libs:
         return
@@ -127,10 +136,7 @@ def install() -> None:
             name = op._schema.name.split("::", 1)[1] + ("" if overload == "default" else f".{overload}")
             views[name] = make(op)
             dedicated.add(name)
-    served = fast.register(views, meta=True)  # C++ when built; the Python kernels otherwise
-    for name, kernel in views.items():
-        if name not in served:
-            impl.impl(name, kernel, "PrivateUse1")
+    _install_served(impl, views, meta=True)
     plain: dict[str, object] = {}
     for qualname, name, op in _aten_overloads():
         if name in dedicated or not _wants_generic(qualname, op):
@@ -142,10 +148,7 @@ def install() -> None:
             plain[name] = kernel  # served from C++ (when built); this kernel takes what C++ cannot
             continue
         impl.impl(name, kernel, "PrivateUse1")
-    served = fast.register(plain)
-    for name, kernel in plain.items():
-        if name not in served:
-            impl.impl(name, kernel, "PrivateUse1")
+    _install_served(impl, plain, meta=False)
     fallback = torch.library.Library("_", "IMPL")
     fallback.fallback(_boxed_fallback, dispatch_key="PrivateUse1", with_keyset=True)
     _libs.extend([impl, fallback])
