@@ -3,10 +3,12 @@
     python bench/collectives.py [--ranks 2 4] [--sizes-mib 1 4 16 64 256] [--iters 5]
                                 [--ops all_reduce all_gather reduce_scatter]
 
-For every size the three variants — gloo on CPU tensors, ``neuron`` with the cross-rank
-signature check (the default), ``neuron`` with ``TORCHNEURON_DIST_CHECK=0`` — run interleaved
-(the order rotates every iteration) so that the load of a shared machine hits all of them
-alike; each op is preceded by a barrier and the median time is reported. Bus bandwidth follows
+For every size four variants run interleaved (the order rotates every iteration) so that the
+load of a shared machine hits all of them alike: gloo on CPU tensors (the peer); ``neuron`` as
+users get it (same-host ranks meet in shared memory, cross-rank signature check on);
+``neuron-nocheck`` (the same with ``TORCHNEURON_DIST_CHECK=0``); ``neuron-gloo`` (a group made
+with ``TORCHNEURON_DIST_SHM=0``: gloo's TCP transport on the device tensors' host aliases, check
+on); each op is preceded by a barrier and the median time is reported. Bus bandwidth follows
 nccl-tests: algbw * 2 (n - 1) / n for all_reduce, algbw * (n - 1) / n for all_gather and
 reduce_scatter (algbw = bytes of the full tensor / time).
 """
@@ -24,7 +26,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-VARIANTS = ("gloo/cpu", "neuron", "neuron-nocheck")
+VARIANTS = ("gloo/cpu", "neuron", "neuron-nocheck", "neuron-gloo")
 
 
 def _busbw(op: str, nbytes: int, seconds: float, world: int) -> float:
@@ -32,16 +34,16 @@ def _busbw(op: str, nbytes: int, seconds: float, world: int) -> float:
     return nbytes / seconds * factor / 1e9
 
 
-def _make(op: str, n: int, world: int, dev: str):
+def _make(op: str, n: int, world: int, dev: str, group=None):
     if op == "all_reduce":
         t = torch.ones(n, device=dev)
-        return lambda: dist.all_reduce(t)
+        return lambda: dist.all_reduce(t, group=group)
     if op == "all_gather":  # n elements in the gathered tensor
         out, inp = torch.empty(n, device=dev), torch.ones(n // world, device=dev)
-        return lambda: dist.all_gather_into_tensor(out, inp)
+        return lambda: dist.all_gather_into_tensor(out, inp, group=group)
     if op == "reduce_scatter":  # n elements in the input
         out, inp = torch.empty(n // world, device=dev), torch.ones(n, device=dev)
-        return lambda: dist.reduce_scatter_tensor(out, inp)
+        return lambda: dist.reduce_scatter_tensor(out, inp, group=group)
     raise ValueError(op)
 
 
@@ -51,15 +53,21 @@ def _worker(rank, world, port, ops, sizes, iters, q):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("cpu:gloo,neuron:neuron", rank=rank, world_size=world)
+    os.environ["TORCHNEURON_DIST_SHM"] = "0"
+    tcp = dist.new_group(backend="neuron")
+    os.environ.pop("TORCHNEURON_DIST_SHM")
+    assert dist.group.WORLD._get_backend(torch.device("neuron")).uses_shared_memory
+    groups = {"gloo/cpu": None, "neuron": None, "neuron-nocheck": None, "neuron-gloo": tcp}
     rows = []
     for op in ops:
         for mib in sizes:
             nbytes = mib * (1 << 20)
             n = nbytes // 4
-            runs = {v: _make(op, n, world, "cpu" if v == "gloo/cpu" else "neuron") for v in VARIANTS}
+            runs = {v: _make(op, n, world, "cpu" if v == "gloo/cpu" else "neuron", groups[v]) for v in VARIANTS}
             times: dict[str, list[float]] = {v: [] for v in VARIANTS}
             for i in range(iters + 1):  # the first round warms up
-                order = VARIANTS[i % 3:] + VARIANTS[:i % 3]
+                k = i % len(VARIANTS)
+                order = VARIANTS[k:] + VARIANTS[:k]
                 for v in order:
                     os.environ["TORCHNEURON_DIST_CHECK"] = "0" if v == "neuron-nocheck" else "1"
                     dist.barrier()

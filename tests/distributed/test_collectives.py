@@ -18,9 +18,14 @@ CHECKS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def ranks():
-    return launch("collectives", 2, timeout=240)
+@pytest.fixture(scope="module", params=["shared-memory", "gloo"])
+def ranks(request):
+    # same-host ranks use the shared segment by default; groups across hosts use gloo's TCP
+    env = {"TORCHNEURON_DIST_SHM": "0"} if request.param == "gloo" else None
+    results = launch("collectives", 2, timeout=240, env=env)
+    for r in results:
+        assert r.get("uses_shared_memory") == (request.param == "shared-memory"), r.get("fatal")
+    return results
 
 
 def test_launch_succeeded(ranks):

@@ -47,6 +47,7 @@ def scenario_collectives():
     r, w = dist.get_rank(), dist.get_world_size()
     RESULT["backend"] = str(dist.get_backend())
     RESULT["pg_backend_name"] = dist.group.WORLD._get_backend(DEV).name()
+    RESULT["uses_shared_memory"] = dist.group.WORLD._get_backend(DEV).uses_shared_memory
 
     def contrib(shape=(3, 4), dtype=torch.float32):
         return (torch.arange(int(torch.tensor(shape).prod()), dtype=torch.float64).reshape(shape) + 10 * (r + 1)).to(dtype)
@@ -444,6 +445,15 @@ def scenario_ddp():
 
     dist.init_process_group("neuron")
     RESULT.update(run_ddp(check))
+    dist.destroy_process_group()
+
+
+def scenario_shm():
+    from shm_cases import run_shm
+
+    os.environ["TORCHNEURON_DIST_SHM_MIB"] = "0.0625"  # 64 KiB buffers: many chunks
+    dist.init_process_group("neuron")
+    RESULT.update(run_shm(check))
     dist.destroy_process_group()
 
 

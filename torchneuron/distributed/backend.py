@@ -5,13 +5,19 @@ space), so :func:`torchneuron.runtime.storage.host` gives a CPU tensor over the 
 Every collective hands gloo those aliases: gloo reads the inputs from, and writes the results
 into, device memory directly; no byte is copied between the device and the host.
 
+Ranks on one host move the bytes of the common collectives (all_reduce, broadcast, all_gather,
+reduce_scatter on contiguous tensors, barrier) through a shared memory segment instead
+(:mod:`torchneuron.distributed.shm`): no kernel round trip, several times gloo's speed on small
+tensors. Everything else, and every group that spans hosts, uses gloo.
+
 Before each collective the backend
 
 * raises any pending device error (``torch.neuron.synchronize()``), so a failed kernel is not
   silently shipped to the other ranks;
-* unless ``TORCHNEURON_DIST_CHECK=0``, exchanges a small signature (collective, dtype, shape)
-  with the other ranks over gloo and raises a clear ``RuntimeError`` on every rank when they
-  disagree (gloo itself would hang, fail obscurely or silently reinterpret bytes).
+* unless ``TORCHNEURON_DIST_CHECK=0``, compares a small signature (collective, dtype, shape)
+  across the ranks and raises a clear ``RuntimeError`` on every rank when they disagree (gloo
+  itself would hang, crash or silently reinterpret bytes). With the shared segment the
+  signatures ride on the collective's first barrier; without it they take one gloo all-gather.
 
 Reductions gloo lacks are built on the ones it has: ``AVG`` is ``SUM`` then a division,
 ``PREMUL_SUM`` a scaling then ``SUM``.
@@ -31,6 +37,7 @@ import torch.distributed as dist
 
 from ..runtime import activity, storage
 from ..runtime.queue import QUEUE
+from . import shm as _shm
 
 ReduceOp = c10d.ReduceOp
 _RED = ReduceOp.RedOpType
@@ -44,7 +51,7 @@ _DTYPE_CODE = {d: i + 1 for i, d in enumerate(_DTYPES)}
 _KINDS = [
     "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter",
     "reduce_scatter_tensor", "reduce", "all_to_all_single", "all_to_all", "gather", "scatter",
-    "all_reduce_coalesced", "all_gather_coalesced",
+    "all_reduce_coalesced", "all_gather_coalesced", "barrier",
 ]
 _KIND_CODE = {k: i + 1 for i, k in enumerate(_KINDS)}
 _SIG_LEN = 12  # kind, dtype, ntensors, ndim, numel, 6 leading dims, hash of all shapes
@@ -52,6 +59,35 @@ _SIG_LEN = 12  # kind, dtype, ntensors, ndim, numel, 6 leading dims, hash of all
 
 def _check_enabled() -> bool:
     return os.environ.get("TORCHNEURON_DIST_CHECK", "1") not in ("0", "false", "False", "")
+
+
+def _red_kind(op):
+    return op.op if hasattr(op, "op") else op
+
+
+# in-place ``acc <- acc (op) other`` for the reductions the shared segment serves
+_REDUCERS = {
+    _RED.SUM: lambda a, b: a.add_(b),
+    _RED.PRODUCT: lambda a, b: a.mul_(b),
+    _RED.MIN: lambda a, b: torch.minimum(a, b, out=a),
+    _RED.MAX: lambda a, b: torch.maximum(a, b, out=a),
+    _RED.BAND: lambda a, b: a.bitwise_and_(b),
+    _RED.BOR: lambda a, b: a.bitwise_or_(b),
+    _RED.BXOR: lambda a, b: a.bitwise_xor_(b),
+}
+_BITWISE = (_RED.BAND, _RED.BOR, _RED.BXOR)
+
+
+def _raise_if_disagree(kind: str, sigs: list[list[int]] | None) -> None:
+    if not sigs:
+        return
+    present = [s for s in sigs if s[0] != 0]
+    if any(s != present[0] for s in present):
+        lines = "; ".join(f"rank {r}: {_describe(s)}" for r, s in enumerate(sigs) if s[0] != 0)
+        raise RuntimeError(
+            f"neuron backend: ranks disagree on {kind} (every rank must call the same "
+            f"collective with the same dtype and shape): {lines}"
+        )
 
 
 def _h(t: torch.Tensor) -> torch.Tensor:
@@ -169,6 +205,9 @@ class NeuronBackend(c10d.Backend):
             self._gloo.options.global_ranks_in_group = list(global_ranks)
         if group_name:
             self._gloo.options.group_name = group_name
+        # same-host ranks: a shared segment for the common collectives (None: gloo for all)
+        self._shm = _shm.open_channel(store, rank, size, timeout)
+        self._pending: list = []  # gloo collectives in flight (the segment waits for them)
 
     # ---- identity -----------------------------------------------------------------------
     def getBackendName(self) -> str:  # noqa: N802 (c10d trampoline name)
@@ -179,7 +218,12 @@ class NeuronBackend(c10d.Backend):
         return self._gloo
 
     # ---- checks -------------------------------------------------------------------------
-    def _signature(self, kind: str, tensors, *, shape_of=None) -> torch.Tensor:
+    @property
+    def uses_shared_memory(self) -> bool:
+        """Whether this group moves its common collectives through a shared memory segment."""
+        return self._shm is not None
+
+    def _signature(self, kind: str, tensors, *, shape_of=None) -> list[int]:
         ts = [t for t in tensors]
         sig = [0] * _SIG_LEN
         sig[0] = _KIND_CODE[kind]
@@ -194,9 +238,10 @@ class NeuronBackend(c10d.Backend):
                 sig[5 + i] = d
             desc = repr([(str(t.dtype), tuple(t.shape)) for t in ts]).encode()
             sig[11] = zlib.crc32(desc)
-        return torch.tensor(sig, dtype=torch.int64)
+        return sig
 
-    def _check(self, kind: str, tensors, *, shape_of=None) -> None:
+    def _prologue(self, kind: str, tensors, *, shape_of=None) -> list[int] | None:
+        """Raise pending device errors, record the collective; its signature unless unchecked."""
         _sync_device()
         if activity.RECORDER is not None:
             # collectives are asynchronous: recorded at issue, priced by the cost model
@@ -204,17 +249,80 @@ class NeuronBackend(c10d.Backend):
             hosts = [storage.host(t) for t in tensors if isinstance(t, torch.Tensor) and t.device.type == "neuron"]
             activity.RECORDER.record("collective", f"c10d::{kind}", tuple(hosts), None, now, now)
         if self._size == 1 or not _check_enabled():
+            return None
+        return self._signature(kind, tensors, shape_of=shape_of)
+
+    def _check(self, kind: str, tensors, *, shape_of=None) -> None:
+        """Prologue of a collective gloo carries: the signature check on its own."""
+        sig = self._prologue(kind, tensors, shape_of=shape_of)
+        if sig is None:
             return
-        mine = self._signature(kind, tensors, shape_of=shape_of)
-        every = [torch.empty_like(mine) for _ in range(self._size)]
-        self._gloo.allgather([every], [mine]).wait()
-        sigs = [s.tolist() for s in every]
-        if any(s != sigs[0] for s in sigs):
-            lines = "; ".join(f"rank {r}: {_describe(s)}" for r, s in enumerate(sigs))
+        if self._shm is not None:
+            sigs = self._shm.sync(kind, sig)
+        else:
+            mine = torch.tensor(sig, dtype=torch.int64)
+            every = [torch.empty_like(mine) for _ in range(self._size)]
+            self._gloo.allgather([every], [mine]).wait()
+            sigs = [s.tolist() for s in every]
+        _raise_if_disagree(kind, sigs)
+
+    # ---- the shared segment ---------------------------------------------------------------
+    def _track(self, work):
+        """Remember a gloo collective in flight: the segment's collectives wait for it first."""
+        if self._shm is not None:
+            self._pending = [w for w in self._pending if not w.is_completed()]
+            self._pending.append(work)
+        return work
+
+    def _drain(self) -> None:
+        pending, self._pending = self._pending, []
+        for w in pending:
+            try:
+                w.wait()
+            except Exception:  # noqa: BLE001  (its own wait reports it)
+                pass
+
+    def _on_shm(self, *tensors: torch.Tensor, reduce=None, strided: bool = False) -> bool:
+        """Whether the segment serves a collective on ``tensors`` (with reduction ``reduce``;
+        ``strided``: the caller stages non-contiguous tensors itself)."""
+        if self._shm is None:
+            return False
+        for t in tensors:
+            if not strided and not t.is_contiguous():
+                return False
+            if reduce is not None and t.dtype not in _shm.REDUCE_DTYPES:
+                return False
+        if reduce is not None:
+            kind = _red_kind(reduce)
+            if kind not in _REDUCERS or (kind in _BITWISE and tensors[0].is_floating_point()):
+                return False
+        return True
+
+    def _shm_call(self, kind: str, tensors, timeout, fn, *args) -> None:
+        """Run a collective through the segment: ``fn(*args, kind, signature, timeout)``."""
+        sig = self._prologue(kind, tensors)
+        self._drain()
+        sigs = self._shm.guarded(fn, *args, kind, sig, timeout)
+        _raise_if_disagree(kind, sigs)
+
+    def _gather_geometry(self, output, input) -> None:
+        _same_dtype(output, input, "all_gather_into_tensor")
+        if output.numel() != input.numel() * self._size:
             raise RuntimeError(
-                f"neuron backend: ranks disagree on {kind} (every rank must call the same "
-                f"collective with the same dtype and shape): {lines}"
+                f"neuron backend: all_gather_into_tensor output has {output.numel()} elements, "
+                f"expected {self._size} x {input.numel()}"
             )
+
+    def _scatter_geometry(self, output, input) -> None:
+        _same_dtype(output, input, "reduce_scatter_tensor")
+        if input.numel() != output.numel() * self._size:
+            raise RuntimeError(
+                f"neuron backend: reduce_scatter_tensor input has {input.numel()} elements, "
+                f"expected {self._size} x {output.numel()}"
+            )
+
+    def _wrap(self, gloo_work, results, after=None):
+        return _Work.wrap(self._track(gloo_work), results, after)
 
     # ---- reductions gloo lacks ------------------------------------------------------------
     def _reduce_plan(self, op):
@@ -228,18 +336,28 @@ class NeuronBackend(c10d.Backend):
 
     # ---- collectives ----------------------------------------------------------------------
     def allreduce(self, tensors, opts):
-        self._check("all_reduce", tensors)
         red, factor, avg = self._reduce_plan(opts.reduceOp)
+        if len(tensors) == 1 and self._on_shm(tensors[0], reduce=red, strided=True):
+            h = _h(tensors[0])
+            dense = h.contiguous()
+            self._shm_call("all_reduce", tensors, opts.timeout, self._shm.all_reduce, dense,
+                           _REDUCERS[_red_kind(red)], factor)
+            if avg:
+                _divider([dense], self._size)()
+            if dense is not h:
+                h.copy_(dense)
+            return _done(list(tensors))
+        self._check("all_reduce", tensors)
         hosts = _hl(tensors)
+        dense = [h.contiguous() for h in hosts]  # gloo reads a strided tensor as if it were dense
         if factor is not None:
-            for h in hosts:
+            for h in dense:
                 h.mul_(factor)
         o = c10d.AllreduceOptions()
         o.reduceOp = red
         o.timeout = opts.timeout
-        work = self._gloo.allreduce(hosts, o)
-        after = _divider(hosts, self._size) if avg else None
-        return _Work.wrap(work, list(tensors), after)
+        work = self._gloo.allreduce(dense, o)
+        return self._wrap(work, list(tensors), _finisher(hosts, dense, self._size if avg else None))
 
     def allreduce_coalesced(self, tensors, opts):
         self._check("all_reduce_coalesced", tensors)
@@ -253,11 +371,20 @@ class NeuronBackend(c10d.Backend):
         o.timeout = opts.timeout
         work = self._gloo.allreduce_coalesced(hosts, o)
         after = _divider(hosts, self._size) if avg else None
-        return _Work.wrap(work, list(tensors), after)
+        return self._wrap(work, list(tensors), after)
 
     def broadcast(self, tensors, opts):
+        if len(tensors) == 1 and self._on_shm(tensors[0], strided=True):
+            h = _h(tensors[0])
+            dense = h.contiguous()
+            self._shm_call("broadcast", tensors, opts.timeout, self._shm.broadcast, dense, opts.rootRank)
+            if dense is not h:
+                h.copy_(dense)
+            return _done(list(tensors))
         self._check("broadcast", tensors)
-        return _Work.wrap(self._gloo.broadcast(_hl(tensors), opts), list(tensors))
+        hosts = _hl(tensors)
+        dense = [h.contiguous() for h in hosts]
+        return self._wrap(self._gloo.broadcast(dense, opts), list(tensors), _finisher(hosts, dense, None))
 
     def reduce(self, tensors, opts):
         self._check("reduce", tensors)
@@ -273,42 +400,43 @@ class NeuronBackend(c10d.Backend):
         o.timeout = opts.timeout
         work = self._gloo.reduce(hosts, o)
         after = _divider(hosts, self._size) if (avg and self._rank == opts.rootRank) else None
-        return _Work.wrap(work, list(tensors), after)
+        return self._wrap(work, list(tensors), after)
 
     def allgather(self, output_tensors, input_tensors, opts):
-        self._check("all_gather", input_tensors)
         outs = [t for ts in output_tensors for t in ts]
-        for t in outs:
-            if t.shape != input_tensors[0].shape or t.dtype != input_tensors[0].dtype:
-                raise RuntimeError(
-                    f"neuron backend: all_gather output {t.dtype}{list(t.shape)} does not match "
-                    f"the input {input_tensors[0].dtype}{list(input_tensors[0].shape)}"
-                )
+        if len(input_tensors) == 1 and len(outs) == self._size and self._on_shm(input_tensors[0], *outs):
+            _same_geometry(outs, input_tensors[0])
+            self._shm_call("all_gather", input_tensors, opts.timeout, self._shm.all_gather,
+                           _hl(outs), _h(input_tensors[0]))
+            return _done(outs)
+        self._check("all_gather", input_tensors)
+        _same_geometry(outs, input_tensors[0])
         work = self._gloo.allgather(_hll(output_tensors), _hl(input_tensors), opts)
-        return _Work.wrap(work, outs)
+        return self._wrap(work, outs)
 
     def _allgather_base(self, output, input, opts):
+        if self._on_shm(output, input):
+            self._gather_geometry(output, input)
+            ho = _h(output).view(self._size, -1)
+            self._shm_call("all_gather_into_tensor", [input], opts.timeout, self._shm.all_gather,
+                           list(ho.unbind(0)), _h(input))
+            return _done([output])
         self._check("all_gather_into_tensor", [input])
-        _same_dtype(output, input, "all_gather_into_tensor")
-        if output.numel() != input.numel() * self._size:
-            raise RuntimeError(
-                f"neuron backend: all_gather_into_tensor output has {output.numel()} elements, "
-                f"expected {self._size} x {input.numel()}"
-            )
+        self._gather_geometry(output, input)
         work = self._gloo._allgather_base(_h(output), _h(input), opts)
-        return _Work.wrap(work, [output])
+        return self._wrap(work, [output])
 
     def allgather_coalesced(self, output_lists, input_list, opts):
         self._check("all_gather_coalesced", input_list)
         work = self._gloo.allgather_coalesced(_hll(output_lists), _hl(input_list), opts)
-        return _Work.wrap(work, [t for ts in output_lists for t in ts])
+        return self._wrap(work, [t for ts in output_lists for t in ts])
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts):
         self._check("all_gather_coalesced", inputs)
         works = [self._gloo._allgather_base(_h(o), _h(i), opts) for o, i in zip(outputs, inputs, strict=False)]
         for w in works[:-1]:
             w.wait()
-        return _Work.wrap(works[-1], list(outputs)) if works else _done([])
+        return self._wrap(works[-1], list(outputs)) if works else _done([])
 
     def reduce_scatter(self, output_tensors, input_tensors, opts):
         self._check("reduce_scatter", output_tensors)
@@ -321,17 +449,20 @@ class NeuronBackend(c10d.Backend):
         o.timeout = opts.timeout
         outs = _hl(output_tensors)
         work = self._gloo.reduce_scatter(outs, ins, o)
-        return _Work.wrap(work, list(output_tensors), _divider(outs, self._size) if avg else None)
+        return self._wrap(work, list(output_tensors), _divider(outs, self._size) if avg else None)
 
     def _reduce_scatter_base(self, output, input, opts):
-        self._check("reduce_scatter_tensor", [output])
-        _same_dtype(output, input, "reduce_scatter_tensor")
-        if input.numel() != output.numel() * self._size:
-            raise RuntimeError(
-                f"neuron backend: reduce_scatter_tensor input has {input.numel()} elements, "
-                f"expected {self._size} x {output.numel()}"
-            )
         red, factor, avg = self._reduce_plan(opts.reduceOp)
+        if self._on_shm(output, input, reduce=red):
+            self._scatter_geometry(output, input)
+            hout = _h(output)
+            self._shm_call("reduce_scatter_tensor", [output], opts.timeout, self._shm.reduce_scatter,
+                           hout, _h(input), _REDUCERS[_red_kind(red)], factor)
+            if avg:
+                _divider([hout], self._size)()
+            return _done([output])
+        self._check("reduce_scatter_tensor", [output])
+        self._scatter_geometry(output, input)
         hin = _h(input)
         if factor is not None:
             hin = hin * factor
@@ -340,7 +471,7 @@ class NeuronBackend(c10d.Backend):
         o.timeout = opts.timeout
         hout = _h(output)
         work = self._gloo._reduce_scatter_base(hout, hin, o)
-        return _Work.wrap(work, [output], _divider([hout], self._size) if avg else None)
+        return self._wrap(work, [output], _divider([hout], self._size) if avg else None)
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts):
         works = [self._reduce_scatter_base(o, i, opts) for o, i in zip(outputs, inputs, strict=False)]
@@ -354,7 +485,7 @@ class NeuronBackend(c10d.Backend):
         work = self._gloo.alltoall_base(
             _h(output), _h(input), list(output_split_sizes), list(input_split_sizes), opts
         )
-        return _Work.wrap(work, [output])
+        return self._wrap(work, [output])
 
     def alltoall(self, output_tensors, input_tensors, opts):
         self._check("all_to_all", input_tensors[:1], shape_of=[])
@@ -374,12 +505,12 @@ class NeuronBackend(c10d.Backend):
     def gather(self, output_tensors, input_tensors, opts):
         self._check("gather", input_tensors)
         work = self._gloo.gather(_hll(output_tensors), _hl(input_tensors), opts)
-        return _Work.wrap(work, [t for ts in output_tensors for t in ts] or list(input_tensors))
+        return self._wrap(work, [t for ts in output_tensors for t in ts] or list(input_tensors))
 
     def scatter(self, output_tensors, input_tensors, opts):
         self._check("scatter", output_tensors)
         work = self._gloo.scatter(_hl(output_tensors), _hll(input_tensors), opts)
-        return _Work.wrap(work, list(output_tensors))
+        return self._wrap(work, list(output_tensors))
 
     def send(self, tensors, dst_rank, tag):
         _sync_device()
@@ -394,6 +525,11 @@ class NeuronBackend(c10d.Backend):
         return self._gloo.recv_anysource(_hl(tensors), tag)
 
     def barrier(self, opts):
+        if self._shm is not None:
+            sig = self._prologue("barrier", [])
+            self._drain()
+            _raise_if_disagree("barrier", self._shm.sync("barrier", sig, opts.timeout))
+            return _done([])
         _sync_device()
         return self._gloo.barrier(opts)
 
@@ -423,7 +559,7 @@ class NeuronBackend(c10d.Backend):
             flat = _h(output).view(-1)
             outs = [[c.view(input.shape) for c in flat.split(input.numel())]]
         work = self._gloo.gather(outs, [_h(input)], opts)
-        return _Work.wrap(work, [output])
+        return self._wrap(work, [output])
 
     gather_into_tensor = gather_single
 
@@ -438,6 +574,15 @@ class NeuronBackend(c10d.Backend):
     supports_time_estimate = False
     supports_window = False
     supports_reconfigure = False
+
+
+def _same_geometry(outs, inp: torch.Tensor) -> None:
+    for t in outs:
+        if t.shape != inp.shape or t.dtype != inp.dtype:
+            raise RuntimeError(
+                f"neuron backend: all_gather output {t.dtype}{list(t.shape)} does not match "
+                f"the input {inp.dtype}{list(inp.shape)}"
+            )
 
 
 def _same_dtype(a: torch.Tensor, b: torch.Tensor, kind: str) -> None:
@@ -461,6 +606,22 @@ def _divider(hosts, n: int):
                 h.div_(n)
             else:
                 h.floor_divide_(n)
+
+    return run
+
+
+def _finisher(hosts, dense, divide_by):
+    """After an in-place collective on ``dense`` (contiguous stand-ins of ``hosts``): the AVG
+    division and the copy back into strided tensors; None when there is nothing to do."""
+    strided = [(h, d) for h, d in zip(hosts, dense, strict=True) if d is not h]
+    if divide_by is None and not strided:
+        return None
+
+    def run():
+        if divide_by is not None:
+            _divider(dense, divide_by)()
+        for h, d in strided:
+            h.copy_(d)
 
     return run
 

@@ -1,5 +1,5 @@
-"""``python -m torchneuron.native build`` — compile the native device hooks and the C++ fast
-kernels into the cache."""
+"""``python -m torchneuron.native build`` — compile the native device hooks, the C++ fast
+kernels and the shared-memory collectives' barrier into the cache."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import sys
 
 
 def main(argv: list[str]) -> int:
-    from . import build, fast, status
+    from . import build, fast, shm, status
 
     if argv[:1] in ([], ["build"]):
         try:
-            for builder in (build, fast.build):
+            for builder in (build, fast.build, shm.build):
                 print(builder(force="--force" in argv))
         except RuntimeError as e:
             print(f"torchneuron.native: {e}", file=sys.stderr)
@@ -20,6 +20,7 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["status"]:
         print(status())
         print(fast.status())
+        print(shm.status())
         return 0
     print("usage: python -m torchneuron.native [build [--force] | status]", file=sys.stderr)
     return 2

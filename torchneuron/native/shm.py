@@ -1,0 +1,49 @@
+"""The cross-process barrier of the shared-memory collectives (``shm_sync.cpp``): build and load.
+
+Built like the other native modules (``make install`` ahead of time, otherwise at first use,
+cached under ``TORCHNEURON_CACHE_DIR``/native). Without it — no compiler, ``TORCHNEURON_NATIVE=0``
+— the ``neuron`` process group moves every byte over gloo; :func:`status` says why.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+SOURCE = Path(__file__).with_name("shm_sync.cpp")
+MODULE = "_neuron_shm"
+
+_state: dict = {"loaded": False, "reason": "not attempted", "module": None}
+
+
+def build(force: bool = False) -> Path:
+    from . import build as build_native
+
+    return build_native(force=force, source=SOURCE, module=MODULE)
+
+
+def module():
+    """The loaded C++ module, or None (not buildable, or switched off)."""
+    if _state["loaded"] or _state["reason"] != "not attempted":
+        return _state["module"]
+    if os.environ.get("TORCHNEURON_NATIVE", "1") in ("0", "false", "False", "off"):
+        _state["reason"] = "disabled by TORCHNEURON_NATIVE=0"
+        return None
+    from . import _load
+
+    try:
+        _state["module"] = _load(build(), MODULE)
+    except Exception as e:  # noqa: BLE001  (no compiler, failed build, ABI mismatch ...)
+        _state["reason"] = f"{type(e).__name__}: {e}"
+        return None
+    _state["loaded"] = True
+    _state["reason"] = "loaded"
+    return _state["module"]
+
+
+def status() -> dict:
+    """``{"loaded": bool, "reason": str}``."""
+    return {k: _state[k] for k in ("loaded", "reason")}
+
+
+__all__ = ["build", "module", "status"]
