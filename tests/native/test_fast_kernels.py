@@ -153,6 +153,19 @@ def test_int64_results_keep_the_dtype_policy(monkeypatch):
     assert s.dtype == torch.int64 and s.item() == -(2**31)
 
 
+def test_in_place_int64_keeps_the_dtype_policy(monkeypatch):
+    # the C++ path leaves in-place float64/int64 ops to Python, which computes them as 32-bit
+    # values like the functional ones (abs_ on int64 values beyond int32 wrapped only there)
+    from torchneuron.ops import dtype_policy
+
+    monkeypatch.setattr(dtype_policy, "_warned", set())
+    t = torch.tensor([2**31 - 1, 5], dtype=torch.int64, device="neuron")
+    with pytest.warns(UserWarning, match="computed as int32"):
+        t.add_(1)
+    assert t.dtype == torch.int64 and t.tolist() == [-(2**31), 6]
+    assert t.add(0).tolist() == t.tolist()  # functional and in-place agree
+
+
 def test_kernel_errors_are_deferred():
     w = torch.randn(10, 4, device="neuron")
     idx = torch.tensor([1, 11], device="neuron")

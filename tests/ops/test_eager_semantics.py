@@ -107,10 +107,10 @@ def test_autograd_data_parameter_requires_grad():
 
 
 def test_unsupported_dtype_is_refused_clearly():
-    with pytest.raises(TypeError, match="neuron does not support torch.complex64"):
-        torch.zeros(2, dtype=torch.complex64).to("neuron")
+    with pytest.raises(TypeError, match="neuron does not support torch.float8_e5m2fnuz"):
+        torch.zeros(2, dtype=torch.float8_e5m2fnuz).to("neuron")
     with pytest.raises(TypeError, match="Keep this tensor on the CPU"):
-        torch.empty(2, dtype=torch.complex128, device="neuron")
+        torch.empty(2, dtype=torch.float8_e4m3fnuz, device="neuron")
     assert (torch.ones(2, device="neuron") + 1).sum().item() == 4.0
 
 

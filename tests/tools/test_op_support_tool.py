@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -130,3 +131,22 @@ def test_pending_is_cleared_after_each_probe(tmp_path, monkeypatch):
     assert not (tmp_path / "pending").exists()
     sig, hit, key = json.loads((tmp_path / "verdicts.jsonl").read_text())
     assert hit is True and "aten.neg.default" in key
+
+
+def test_dtype_rule_sends_host_computed_dtypes_to_the_fallback():
+    # a lowering verdict for complex / wide unsigned dtypes does not put them on the chip, except
+    # in views and memory operators, which compute nothing
+    ops = T.aggregate_records([
+        ["aten::mul.Tensor", "float32", True, "mul"], ["aten::mul.Tensor", "complex64", True, "mul"],
+        ["aten::view", "complex64", True, "view"], ["aten::copy_", "uint64", True, "copy"],
+        ["aten::bitwise_and.Tensor", "uint32", True, "bitwise_and"],
+    ])
+    assert ops["aten::mul.Tensor"] == {"device_dtypes": ["float32"], "cpu_dtypes": ["complex64"], "seen_in": ["mul"]}
+    assert ops["aten::view"]["device_dtypes"] == ["complex64"]
+    assert ops["aten::copy_"]["device_dtypes"] == ["uint64"]
+    assert ops["aten::bitwise_and.Tensor"]["cpu_dtypes"] == ["uint32"]
+
+
+def test_committed_table_follows_the_dtype_rule():
+    table = json.loads((Path(T.__file__).resolve().parents[1] / "data" / "op_support.json").read_text())["ops"]
+    assert T.apply_dtype_rule(table) == table

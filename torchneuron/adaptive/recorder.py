@@ -131,6 +131,8 @@ class Recorder:
         if kind == FUNCTIONAL and f.name not in RANDOM and not _has_tensor(args, kwargs):
             # a factory (arange, full …) reads no device memory: it runs at once, in any order
             raise NotRecordable("a factory")
+        if _reads_host_computed(args, kwargs):
+            raise NotRecordable("a dtype only the CPU fallback computes")
         sig: list = []
         mkey: list = [op]
         targs = tuple(w.template(a, sig, mkey) for a in args)
@@ -213,6 +215,12 @@ class Recorder:
         return _instantiate(desc)
 
 
+def _reads_host_computed(args, kwargs) -> bool:
+    from ..ops.generic import _reads_host_computed as reads
+
+    return reads(args, kwargs)
+
+
 def _has_tensor(args, kwargs) -> bool:
     for a in (*args, *kwargs.values()):
         if isinstance(a, torch.Tensor):
@@ -226,7 +234,8 @@ def _describe(out):
     if isinstance(out, torch.Tensor):
         from ..ops import dtype_policy
 
-        dtype_policy.check_supported(out.dtype)
+        if out.dtype not in dtype_policy.SUPPORTED:  # computed by the CPU fallback, or refused
+            raise TypeError(f"{out.dtype} is not computed on the device")
         return ("t", tuple(out.shape), tuple(out.stride()), out.dtype)
     if isinstance(out, (list, tuple)) and all(isinstance(o, torch.Tensor) for o in out):
         return (type(out), tuple(_describe(o) for o in out))

@@ -201,8 +201,9 @@ struct Call {
       *out = d;
       return true;
     }
-    if (d.layout() != c10::kStrided || !d.has_storage() || !native_dtype(d.scalar_type(), true)) {
-      return false;
+    if (d.layout() != c10::kStrided || !d.has_storage() || !native_dtype(d.scalar_type(), true) ||
+        d.is_neg()) {
+      return false;  // (a negative view's alias must carry the bit: Python builds it)
     }
     const c10::Storage& ds = d.storage();
     c10::StorageImpl* dsi = ds.unsafeGetStorageImpl();
@@ -385,6 +386,14 @@ struct FastKernel final : c10::OperatorKernel {
   // true when the call ran here and `stack` holds its results; false with `stack` untouched
   bool fast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     const size_t n = op.schema().arguments().size();
+    if (n && writes(op) && !exact_dtypes()) {
+      // an in-place op on a float64 / int64 tensor computes in 32 bits on the chip: the Python
+      // kernel applies that rule (narrowing, the warning) before it runs the op
+      const c10::IValue& self = (*stack)[stack->size() - n];
+      if (self.isTensor() && self.toTensor().defined() && !native_dtype(self.toTensor().scalar_type())) {
+        return false;
+      }
+    }
     Call call;
     torch::jit::Stack host;
     host.reserve(std::max(n, op.schema().returns().size()));

@@ -87,8 +87,8 @@ def _to_device(r):
     return r
 
 
-def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
-    f = facts(op)
+def _announce(f, args, kwargs) -> None:
+    """The policy's first step: refuse (``error``) or warn once per operator (``warn``)."""
     mode = policy()
     if mode == "error":
         raise NeuronFallbackError(
@@ -106,7 +106,35 @@ def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
         if frames:
             warnings.warn_explicit(message, UserWarning, frames[-1].filename, frames[-1].lineno or 0)
         else:
-            warnings.warn(message, stacklevel=2)
+            warnings.warn(message, stacklevel=3)
+
+
+def account_host_results(f, args, kwargs, out) -> None:
+    """Book an operator whose inputs the device holds natively but whose result has a dtype
+    only the host computes (an FFT or ``torch.complex`` of float tensors …): its host kernel
+    already ran on the inputs' bytes, so it is accounted as the fallback it is — the policy
+    applies, the op is tracked as a fallback rather than as executed, and the copies it stands
+    for (device inputs to the host, results to the device) are counted."""
+    _announce(f, args, kwargs)
+    tracking.fell_back(f.qualified)
+    if tracking._executed.get(f.qualified, 0) > 0:
+        tracking._executed[f.qualified] -= 1
+
+    def count(direction):
+        def visit(a):
+            if isinstance(a, torch.Tensor):
+                tracking.transfer(direction, a.nbytes)
+            return a
+        return visit
+
+    tree_map(lambda a: count("device_to_host")(a) if isinstance(a, torch.Tensor) and a.device.type == "neuron" else a,
+             (args, kwargs))
+    tree_map(count("host_to_device"), out)
+
+
+def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
+    f = facts(op)
+    _announce(f, args, kwargs)
     tracking.fell_back(f.qualified)
     ERRORS.raise_pending()  # the host reads device data: a synchronisation point
     t0 = perf_counter_ns()

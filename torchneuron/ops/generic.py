@@ -37,6 +37,8 @@ from .opinfo import OpFacts, facts
 
 _EMULATED = dtype_policy.EMULATED
 _NATIVE = dtype_policy.SUPPORTED - dtype_policy.EMULATED
+_HOST_COMPUTED = dtype_policy.HOST_COMPUTED
+_NOT_FAST = dtype_policy.EMULATED | dtype_policy.HOST_COMPUTED  # dtypes the lean kernels hand to run()
 
 _Tensor = torch.Tensor
 _Device = torch.device
@@ -87,7 +89,7 @@ def _to_device(r, unwrap: _Unwrap):
             base = unwrap.by_ptr.get(st.data_ptr())
             if base is not None:
                 return view_of(base, r)
-        if r.dtype not in dtype_policy.SUPPORTED:
+        if r.dtype not in dtype_policy.STORABLE:
             dtype_policy.check_supported(r.dtype)
         return wrap_host(r)
     if type(r) in (list, tuple):
@@ -185,7 +187,7 @@ def _fast_unwrap(a, flags: list):
     if isinstance(a, _Tensor):
         if a.is_cpu or a.device.type != _NEURON:
             return a
-        if a.dtype in _EMULATED:
+        if a.dtype in _NOT_FAST:
             flags.append(True)
         return host(a)
     if type(a) in (list, tuple):
@@ -237,12 +239,10 @@ def functional_kernel(op: torch._ops.OpOverload):
                 if dt in _EMULATED:
                     _narrow_outputs(out, _Unwrap(False))
                 else:
-                    dtype_policy.check_supported(dt)
+                    _host_computed_results(f, args, kwargs, out)
             return wrap_host(out)
         if type(out) in (list, tuple):
-            for o in out:
-                if isinstance(o, _Tensor) and o.dtype not in dtype_policy.SUPPORTED:
-                    dtype_policy.check_supported(o.dtype)
+            _host_computed_results(f, args, kwargs, out)
             if _has_emulated_output(out):
                 _narrow_outputs(out, _Unwrap(False))
             return type(out)(wrap_host(o) if isinstance(o, _Tensor) else o for o in out)
@@ -316,8 +316,39 @@ def call_host(op, f: OpFacts, hargs, hkwargs):
     return op(*hargs, **hkwargs)
 
 
+def _host_computed_results(f: OpFacts, args, kwargs, out) -> None:
+    """Results of a dtype the chip cannot compute (complex, uint16/32/64) from inputs it holds
+    natively: account the op as a CPU fallback; refuse dtypes device memory cannot hold."""
+    outs = out if type(out) in (list, tuple) else (out,)
+    host_computed = False
+    for o in outs:
+        if isinstance(o, _Tensor) and o.dtype not in dtype_policy.SUPPORTED:
+            dtype_policy.check_supported(o.dtype)
+            host_computed = True
+    if host_computed:
+        from .fallback import account_host_results
+
+        account_host_results(f, args, kwargs, out)
+
+
+def _reads_host_computed(args, kwargs) -> bool:
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, _Tensor):
+            if a.dtype in _HOST_COMPUTED and a.device.type == _NEURON:
+                return True
+        elif type(a) in (list, tuple):
+            for x in a:
+                if isinstance(x, _Tensor) and x.dtype in _HOST_COMPUTED and x.device.type == _NEURON:
+                    return True
+    return False
+
+
 def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
     """Execute ``op`` on the simulated core (see module docstring)."""
+    if _reads_host_computed(args, kwargs):
+        from . import fallback  # the chip has no arithmetic for these dtypes
+
+        return fallback.run(op, args, kwargs)
     f = facts(op)
     if f.sync_point:
         ERRORS.raise_pending()
@@ -340,6 +371,8 @@ def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
         _fix_written(f, args, kwargs, hargs, hkwargs)
     if emulate or _has_emulated_output(out):
         _narrow_outputs(out, unwrap)
+    if not f.inplace_or_out:
+        _host_computed_results(f, args, kwargs, out)
     return _to_device(out, unwrap)
 
 

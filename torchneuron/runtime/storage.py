@@ -102,10 +102,24 @@ def host(t: torch.Tensor) -> torch.Tensor:
         block = block_of(t)
     key = (t.dtype, t.shape, t.stride(), t.storage_offset())
     if block.alias_key == key:
-        return block.alias  # type: ignore[return-value]
-    h = _flat(block, t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
-    block.alias_key = key
-    block.alias = h
+        h = block.alias
+    else:
+        h = _flat(block, t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
+        block.alias_key = key
+        block.alias = h
+    if t.is_conj() or t.is_neg():
+        return _with_view_bits(h, t)
+    return h  # type: ignore[return-value]
+
+
+def _with_view_bits(h: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """A new alias object of ``h`` carrying ``like``'s lazy conjugate / negative bits (a
+    ``conj()`` view reads as conjugated values; the bits live on the tensor, not the bytes)."""
+    h = h.as_strided(h.shape, h.stride(), h.storage_offset())
+    if like.is_conj():
+        torch._C._set_conj(h, True)
+    if like.is_neg():
+        torch._C._set_neg(h, True)
     return h
 
 
@@ -121,7 +135,8 @@ def fresh_host(t: torch.Tensor) -> torch.Tensor:
     """Like :func:`host`, but a new alias object that the caller may restride in place."""
     if lazy.FLUSH is not None:
         lazy.FLUSH()
-    return _flat(block_of(t), t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
+    h = _flat(block_of(t), t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
+    return _with_view_bits(h, t) if t.is_conj() or t.is_neg() else h
 
 
 _set_boxed = _set_storage._handle.redispatch_boxed
@@ -143,6 +158,10 @@ def wrap_host(h: torch.Tensor, counted: bool = True) -> torch.Tensor:
     st.__dict__[_BLOCK] = block
     size, stride, offset = h.shape, h.stride(), h.storage_offset()
     _set_boxed(_CPU_KEYS, t, st, offset, size, stride)
+    if h.is_conj() or h.is_neg():  # a lazily conjugated / negated result keeps its bits
+        torch._C._set_conj(t, h.is_conj())
+        torch._C._set_neg(t, h.is_neg())
+        return t
     # the adopted tensor itself is the natural host alias of the new device tensor
     block.alias_key = (dtype, size, stride, offset)
     block.alias = h
@@ -164,7 +183,12 @@ def view_of(base: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     """A device view of ``base``'s storage with the geometry of the host view ``h``."""
     if h.dtype != base.dtype:
         base = _retyped(base, h.dtype)
-    return _as_strided._handle.redispatch_boxed(_META_KEYS, base, h.shape, h.stride(), h.storage_offset())
+    v = _as_strided._handle.redispatch_boxed(_META_KEYS, base, h.shape, h.stride(), h.storage_offset())
+    if h.is_conj() != v.is_conj():
+        torch._C._set_conj(v, h.is_conj())
+    if h.is_neg() != v.is_neg():
+        torch._C._set_neg(v, h.is_neg())
+    return v
 
 
 def _retyped(base: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

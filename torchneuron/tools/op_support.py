@@ -497,6 +497,43 @@ def functional_counterpart(qualified: str) -> str | None:
     return None
 
 
+# Operators that move or describe memory without computing on its elements: they serve every
+# dtype device memory holds, including those the chip has no arithmetic for.
+MEMORY_OPS = frozenset({
+    "aten::copy_", "aten::_to_copy", "aten::resize_", "aten::resize_as_", "aten::set_",
+    "aten::sym_size.int", "aten::new_empty", "aten::new_empty_strided", "aten::empty_like",
+    "aten::empty.memory_format", "aten::empty_strided",
+})
+
+
+def _returns_view(qualified: str) -> bool:
+    ns_name, _, overload = qualified.partition(".")
+    _, _, name = ns_name.partition("::")
+    packet = getattr(torch.ops.aten, name, None)
+    op = getattr(packet, overload or "default", None) if packet is not None else None
+    if op is None:
+        return False
+    return any(r.alias_info is not None and not r.alias_info.is_write for r in op._schema.returns)
+
+
+def apply_dtype_rule(ops: dict) -> dict:
+    """The chip's dtype rule on top of the lowering verdicts: complex and uint16/32/64 have no
+    arithmetic on the NeuronCore, so every overload but views and memory operators runs them
+    through the CPU fallback (as the eager runtime does, whatever the compiler could lower)."""
+    from torchneuron.ops.dtype_policy import HOST_COMPUTED
+
+    host_only = {_dtype_name(d) for d in HOST_COMPUTED}
+    out = {}
+    for q, v in ops.items():
+        v = dict(v)
+        if q not in MEMORY_OPS and not _returns_view(q):
+            moved = set(v["device_dtypes"]) & host_only
+            v["device_dtypes"] = sorted(set(v["device_dtypes"]) - moved)
+            v["cpu_dtypes"] = sorted(set(v["cpu_dtypes"]) | moved)
+        out[q] = v
+    return out
+
+
 def aggregate(records_file: Path) -> dict:
     return aggregate_records(json.loads(line) for line in records_file.read_text().splitlines())
 
@@ -532,7 +569,7 @@ def aggregate_records(records) -> dict:
             "cpu_dtypes": host,
             "seen_in": sorted(seen_from[qualified])[:5],
         }
-    return ops
+    return apply_dtype_rule(ops)
 
 
 def merge(table: dict, probed: dict) -> dict:
@@ -559,7 +596,8 @@ def write(ops: dict, json_path: Path, md_path: Path, command: str) -> None:
         "torch": torch.__version__,
         "compiler": compiler_version(),
         "rule": "an overload+dtype runs on the NeuronCore when it lowers to StableHLO "
-        "(directly or after the compiler's decompositions); unlisted overloads run on the device",
+        "(directly or after the compiler's decompositions); unlisted overloads run on the device; "
+        "complex and uint16/32/64 run through the CPU fallback except in views and memory operators",
     }
     json_path.write_text(json.dumps({"meta": meta, "ops": ops}, indent=1, sort_keys=True) + "\n")
     n_dev = sum(1 for v in ops.values() if v["device_dtypes"] and not v["cpu_dtypes"])
@@ -573,7 +611,9 @@ def write(ops: dict, json_path: Path, md_path: Path, command: str) -> None:
         "An ATen overload runs on the device for a dtype when the compiler lowers it to StableHLO,",
         "directly or after its decompositions; otherwise it runs on the CPU through an explicit",
         "host round trip (`Operator 'aten::X' executed via CPU fallback`). Overloads not listed",
-        "here were not reached by PyTorch's OpInfo samples and run on the device.",
+        "here were not reached by PyTorch's OpInfo samples and run on the device. Complex and",
+        "uint16/32/64 tensors live in device memory but the chip has no arithmetic for them:",
+        "every overload except views and memory operators runs them through the CPU fallback.",
         "",
         f"**{len(ops)} overloads probed: {n_dev} on the device for every probed dtype, "
         f"{n_cpu} on the CPU, {n_mixed} depending on the dtype.**",
@@ -596,8 +636,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--state", type=Path, help="working folder (resumable); default: a new temp folder")
     p.add_argument("--merge", action="store_true",
                    help="with --ops: re-probe those entries and update them in the existing table")
+    p.add_argument("--reapply-rules", action="store_true",
+                   help="re-apply the dtype rule to the existing table (no probing)")
     p.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.reapply_rules:
+        old = json.loads(args.json.read_text())
+        ops = apply_dtype_rule(old["ops"])
+        command = old["meta"]["command"]
+        again = "python -m torchneuron.tools.op_support --reapply-rules"
+        if again not in command:
+            command = f"{command}` then `{again}"
+        write(ops, args.json, args.md, command)
+        print(f"wrote {args.json} and {args.md}: {len(ops)} overloads")
+        return 0
     os.environ.setdefault("TORCHNEURON_FALLBACK", "silent")
     if args.worker:
         _worker(args.worker, args.samples, args.ops)
