@@ -150,3 +150,20 @@ def test_dtype_rule_sends_host_computed_dtypes_to_the_fallback():
 def test_committed_table_follows_the_dtype_rule():
     table = json.loads((Path(T.__file__).resolve().parents[1] / "data" / "op_support.json").read_text())["ops"]
     assert T.apply_dtype_rule(table) == table
+
+
+def test_merge_replaces_records_not_verdicts():
+    # a full run saw index_add_ float32 lower in the index_add entry; re-probing stft (whose
+    # sample does not lower it) must not move it to the CPU
+    old = [["aten::index_add_", "float32", True, "index_add"], ["aten::index_add_", "float32", False, "stft"],
+           ["aten::_fft_r2c", "float32", False, "stft"]]
+    new = [["aten::index_add_", "float32", False, "stft"], ["aten::_fft_r2c", "float32", True, "stft"]]
+    ops = T.aggregate_records(T.merge_records(old, new, {"stft"}))
+    assert ops["aten::index_add_"]["device_dtypes"] == ["float32"]
+    assert ops["aten::_fft_r2c"]["device_dtypes"] == ["float32"]  # stft's own verdicts are replaced
+
+
+def test_merge_without_the_full_records_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        T.main(["--merge", "--ops", "stft", "--json", str(tmp_path / "t.json"), "--md", str(tmp_path / "t.md")])
+    assert "--records" in capsys.readouterr().err

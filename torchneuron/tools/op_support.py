@@ -572,17 +572,13 @@ def aggregate_records(records) -> dict:
     return apply_dtype_rule(ops)
 
 
-def merge(table: dict, probed: dict) -> dict:
-    """``table`` with the dtype verdicts of ``probed`` replacing its own for the dtypes probed
-    again (other dtypes and overloads keep their entries)."""
-    out = {k: dict(v) for k, v in table.items()}
-    for q, v in probed.items():
-        cur = out.setdefault(q, {"device_dtypes": [], "cpu_dtypes": [], "seen_in": []})
-        again = set(v["device_dtypes"]) | set(v["cpu_dtypes"])
-        cur["device_dtypes"] = sorted((set(cur["device_dtypes"]) - again) | set(v["device_dtypes"]))
-        cur["cpu_dtypes"] = sorted((set(cur["cpu_dtypes"]) - again) | set(v["cpu_dtypes"]))
-        cur["seen_in"] = sorted(set(cur["seen_in"]) | set(v["seen_in"]))[:5]
-    return dict(sorted(out.items()))
+def merge_records(old: list, new: list, reprobed: set[str]) -> list:
+    """The evidence of a full run with the records of the OpInfo entries ``reprobed`` replaced
+    by ``new``. Merging at the record level keeps the table's rule (a dtype is on the device when
+    any sample of any entry lowers): replacing an overload's dtype verdicts with those of the
+    re-probed entries alone would forget what the other entries showed (``stft``'s samples alone
+    would move ``index_add_`` float32 to the CPU)."""
+    return [r for r in old if r[3] not in reprobed] + list(new)
 
 
 def write(ops: dict, json_path: Path, md_path: Path, command: str) -> None:
@@ -635,7 +631,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--md", type=Path, default=root / "docs" / "op_support.md")
     p.add_argument("--state", type=Path, help="working folder (resumable); default: a new temp folder")
     p.add_argument("--merge", action="store_true",
-                   help="with --ops: re-probe those entries and update them in the existing table")
+                   help="with --ops and --records: re-probe those entries, replace their records in "
+                        "the full run's records and rebuild the table from all of them")
+    p.add_argument("--records", type=Path,
+                   help="with --merge: records.jsonl of the full run (from its --state folder); "
+                        "updated in place")
     p.add_argument("--reapply-rules", action="store_true",
                    help="re-apply the dtype rule to the existing table (no probing)")
     p.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
@@ -654,14 +654,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         _worker(args.worker, args.samples, args.ops)
         return 0
-    ops = generate(samples=args.samples, only=args.ops, state_dir=args.state)
+    if args.merge and (not args.ops or args.records is None or not args.records.exists()):
+        p.error("--merge needs --ops and --records RECORDS (the full run's records.jsonl, in its "
+                "--state folder): a table alone does not say which entry showed which verdict")
     command = "python -m torchneuron.tools.op_support" + (f" --samples {args.samples}" if args.samples != 2 else "")
     if args.merge:
-        if not args.ops:
-            p.error("--merge needs --ops")
+        import tempfile
+
+        state = Path(tempfile.mkdtemp(prefix="op_support_merge_"))
+        generate(samples=args.samples, only=args.ops, state_dir=state)
+        old_records = [json.loads(x) for x in args.records.read_text().splitlines() if x.strip()]
+        new_records = [json.loads(x) for x in (state / "records.jsonl").read_text().splitlines() if x.strip()]
+        combined = merge_records(old_records, new_records, {r[3] for r in new_records} | set(args.ops))
+        args.records.write_text("".join(json.dumps(r) + "\n" for r in combined))
+        ops = aggregate_records(combined)
         old = json.loads(args.json.read_text())
-        ops = merge(old["ops"], ops)
-        command = f"{old['meta']['command']}` then `{command} --merge --ops {' '.join(args.ops)}"
+        command = f"{old['meta']['command']}` then `{command} --merge --records RECORDS --ops {' '.join(args.ops)}"
+    else:
+        ops = generate(samples=args.samples, only=args.ops, state_dir=args.state)
     write(ops, args.json, args.md, command)
     print(f"wrote {args.json} and {args.md}: {len(ops)} overloads")
     return 0
