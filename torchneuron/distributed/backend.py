@@ -79,10 +79,7 @@ _BITWISE = (_RED.BAND, _RED.BOR, _RED.BXOR)
 
 
 def _raise_if_disagree(kind: str, sigs: list[list[int]] | None) -> None:
-    if not sigs:
-        return
-    present = [s for s in sigs if s[0] != 0]
-    if any(s != present[0] for s in present):
+    if sigs and _shm.disagree(sigs):
         lines = "; ".join(f"rank {r}: {_describe(s)}" for r, s in enumerate(sigs) if s[0] != 0)
         raise RuntimeError(
             f"neuron backend: ranks disagree on {kind} (every rank must call the same "

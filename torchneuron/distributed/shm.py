@@ -195,9 +195,11 @@ class ShmChannel:
         self._sync_mod.set_abort(self._header, self.rank)
         raise DistBackendError(message)
 
-    def sync(self, kind: str, sig: list[int] | None = None, timeout: timedelta | None = None) -> None:
-        """Arrive at the next barrier and wait for every rank; with ``sig``, compare the ranks'
-        signatures afterwards (raises the same error on every rank that disagrees)."""
+    def sync(self, kind: str, sig: list[int] | None = None,
+             timeout: timedelta | None = None) -> list[list[int]] | None:
+        """Arrive at the next barrier and wait for every rank. With ``sig`` (this rank's
+        signature), returns every rank's signature, read after the barrier, so that all ranks
+        judge the same list (see :func:`disagree`); otherwise None."""
         if self.broken is not None:
             raise DistBackendError(f"{self.broken} (the process group cannot be used any more)")
         area = None
@@ -223,7 +225,7 @@ class ShmChannel:
         if area is None:
             return None
         sigs = self._lines[:, area : area + len(sig)].tolist()
-        if _disagree(sigs):
+        if disagree(sigs):
             # every rank returns here; they may have taken different paths to get here (a
             # collective on the segment on one rank, one on gloo on another), so re-derive the
             # buffer parity from the generation, which all ranks share. Nobody is reading a
@@ -261,7 +263,7 @@ class ShmChannel:
             got = self.sync(kind, sig if start == 0 else None, timeout)
             if start == 0:
                 sigs = got
-                if sigs is not None and _disagree(sigs):
+                if sigs is not None and disagree(sigs):
                     return sigs
             bounds = _parts(c, self.size, h.element_size())
             lo, hi = bounds[self.rank]
@@ -293,7 +295,7 @@ class ShmChannel:
             got = self.sync(kind, sig if start == 0 else None, timeout)
             if start == 0:
                 first = got
-                if got is not None and _disagree(got):
+                if got is not None and disagree(got):
                     return got
             if self.rank != root:
                 data[start : start + c].copy_(slot[:c])
@@ -315,7 +317,7 @@ class ShmChannel:
             got = self.sync(kind, sig if start == 0 else None, timeout)
             if start == 0:
                 first = got
-                if got is not None and _disagree(got):
+                if got is not None and disagree(got):
                     return got
             for k, d in enumerate(dests):
                 d[start : start + c].copy_(self._buffer(k, b)[:c])
@@ -343,7 +345,7 @@ class ShmChannel:
             got = self.sync(kind, sig if start == 0 else None, timeout)
             if start == 0:
                 first = got
-                if got is not None and _disagree(got):
+                if got is not None and disagree(got):
                     return got
             acc = dst[start : start + c]
             acc.copy_(mine[self.rank])
@@ -356,7 +358,8 @@ class ShmChannel:
                 return first
 
 
-def _disagree(sigs: list[list[int]]) -> bool:
+def disagree(sigs: list[list[int]]) -> bool:
+    """Whether the ranks' signatures differ (ranks that checked nothing wrote zeros)."""
     present = [s for s in sigs if s[0] != 0]
     return any(s != present[0] for s in present)
 
@@ -369,4 +372,4 @@ def _parts(n: int, size: int, elem: int) -> list[tuple[int, int]]:
     return [(min(n, r * per), min(n, (r + 1) * per)) for r in range(size)]
 
 
-__all__ = ["REDUCE_DTYPES", "ShmChannel", "enabled", "open_channel"]
+__all__ = ["REDUCE_DTYPES", "ShmChannel", "disagree", "enabled", "open_channel"]

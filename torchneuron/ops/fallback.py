@@ -120,16 +120,16 @@ def account_host_results(f, args, kwargs, out) -> None:
     if tracking._executed.get(f.qualified, 0) > 0:
         tracking._executed[f.qualified] -= 1
 
-    def count(direction):
+    def count(direction: str, device_only: bool):
         def visit(a):
-            if isinstance(a, torch.Tensor):
+            if isinstance(a, torch.Tensor) and (not device_only or a.device.type == "neuron"):
                 tracking.transfer(direction, a.nbytes)
             return a
+
         return visit
 
-    tree_map(lambda a: count("device_to_host")(a) if isinstance(a, torch.Tensor) and a.device.type == "neuron" else a,
-             (args, kwargs))
-    tree_map(count("host_to_device"), out)
+    tree_map(count("device_to_host", True), (args, kwargs))
+    tree_map(count("host_to_device", False), out)
 
 
 def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
