@@ -86,17 +86,16 @@ def _get(store, key: str) -> str:
 def open_channel(store, rank: int, size: int, timeout: timedelta) -> ShmChannel | None:
     """The group's shared-memory channel, or None when the ranks cannot share one (every rank
     reaches the same answer)."""
-    if size < 2 or not enabled() or not os.path.isdir("/dev/shm"):
+    if size < 2:
         return None
     from ..native import shm as native_shm
 
-    sync = native_shm.module()
-    if sync is None:
-        return None
-    store.set(f"tn_shm/host/{rank}", _host_identity())
+    sync = native_shm.module() if enabled() and os.path.isdir("/dev/shm") else None
+    # every rank answers, willing or not, so that no rank waits for one that gave up early
+    store.set(f"tn_shm/host/{rank}", _host_identity() if sync is not None else "")
     hosts = {_get(store, f"tn_shm/host/{k}") for k in range(size)}
-    if len(hosts) != 1:
-        return None  # ranks on several hosts: gloo
+    if len(hosts) != 1 or "" in hosts:
+        return None  # ranks on several hosts, or one without the transport: gloo
     buf = _buffer_bytes()
     ctrl = -(-size * _LINE // 4096) * 4096
     total = _HEADER + ctrl + size * 2 * buf
@@ -124,8 +123,8 @@ def open_channel(store, rank: int, size: int, timeout: timedelta) -> ShmChannel 
                 mm = mmap.mmap(fd, total)
             finally:
                 os.close(fd)
-            head = np.frombuffer(mm, dtype=np.int64, count=2)
-            if tuple(head) == (_MAGIC, total):
+            head = tuple(np.frombuffer(mm, dtype=np.int64, count=2).tolist())
+            if head == (_MAGIC, total):
                 channel = ShmChannel(mm, sync, rank, size, buf, timeout)
             else:
                 mm.close()
