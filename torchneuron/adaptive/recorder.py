@@ -17,6 +17,7 @@ import threading
 import torch
 
 from ..ops import tracking
+from ..ops.generic import reads_host_computed
 from ..ops.opinfo import RANDOM, facts
 from ..runtime import lazy
 from . import metrics
@@ -131,7 +132,7 @@ class Recorder:
         if kind == FUNCTIONAL and f.name not in RANDOM and not _has_tensor(args, kwargs):
             # a factory (arange, full …) reads no device memory: it runs at once, in any order
             raise NotRecordable("a factory")
-        if _reads_host_computed(args, kwargs):
+        if reads_host_computed(args, kwargs):
             raise NotRecordable("a dtype only the CPU fallback computes")
         sig: list = []
         mkey: list = [op]
@@ -213,12 +214,6 @@ class Recorder:
         if desc is None:
             raise NotRecordable("no meta result")
         return _instantiate(desc)
-
-
-def _reads_host_computed(args, kwargs) -> bool:
-    from ..ops.generic import _reads_host_computed as reads
-
-    return reads(args, kwargs)
 
 
 def _has_tensor(args, kwargs) -> bool:

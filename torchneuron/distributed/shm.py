@@ -245,116 +245,104 @@ class ShmChannel:
             raise
 
     # ---- collectives on contiguous host tensors -------------------------------------------
-    def all_reduce(self, h: torch.Tensor, reduce, scale, kind: str, sig, timeout=None):
-        """In place; ``scale`` (PREMUL_SUM's factor, or None) multiplies each rank's input."""
-        flat = h.view(-1)
-        n = flat.numel()
-        per = max(1, self.buf_bytes // h.element_size())
-        sigs = None
-        start = 0
+    def _chunked(self, n: int, per: int, kind: str, sig, timeout, stage, finish):
+        """The loop every collective shares: for each chunk ``[start, start + c)`` of ``n``
+        (``c <= per``) through buffer set ``b``: ``stage(start, c, b)``, a barrier (the first one
+        carries the signature; on a disagreement every rank returns the signatures there, before
+        anything is read), ``finish(start, c, b)``. Returns the first barrier's signatures."""
+        start, first = 0, None
         while True:
             c = min(per, n - start)
             b = self._next()
-            mine = self._buffer(self.rank, b)[: c * h.element_size()].view(h.dtype)
-            mine.copy_(flat[start : start + c])
-            if scale is not None:
-                mine.mul_(scale)
-            got = self.sync(kind, sig if start == 0 else None, timeout)
-            if start == 0:
-                sigs = got
-                if sigs is not None and disagree(sigs):
-                    return sigs
-            bounds = _parts(c, self.size, h.element_size())
-            lo, hi = bounds[self.rank]
-            if hi > lo:
-                acc = mine[lo:hi]
-                for k in range(self.size):
-                    if k != self.rank:
-                        reduce(acc, self._buffer(k, b)[: c * h.element_size()].view(h.dtype)[lo:hi])
-            self.sync(kind, None, timeout)
-            for k, (lo, hi) in enumerate(bounds):
-                if hi > lo:
-                    src = mine if k == self.rank else self._buffer(k, b)[: c * h.element_size()].view(h.dtype)
-                    flat[start + lo : start + hi].copy_(src[lo:hi])
-            start += c
-            if start >= n:
-                return sigs
-
-    def broadcast(self, h: torch.Tensor, root: int, kind: str, sig, timeout=None):
-        data = h.view(-1).view(torch.uint8)
-        n = data.numel()
-        start = 0
-        first = None
-        while True:
-            c = min(self.buf_bytes, n - start)
-            b = self._next()
-            slot = self._buffer(root, b)
-            if self.rank == root:
-                slot[:c].copy_(data[start : start + c])
+            stage(start, c, b)
             got = self.sync(kind, sig if start == 0 else None, timeout)
             if start == 0:
                 first = got
                 if got is not None and disagree(got):
                     return got
-            if self.rank != root:
-                data[start : start + c].copy_(slot[:c])
+            finish(start, c, b)
             start += c
             if start >= n:
                 return first
+
+    def _typed(self, r: int, b: int, count: int, dtype: torch.dtype) -> torch.Tensor:
+        """The first ``count`` elements of rank ``r``'s buffer ``b`` as ``dtype``."""
+        return self._buffer(r, b)[: count * dtype.itemsize].view(dtype)
+
+    def all_reduce(self, h: torch.Tensor, reduce, scale, kind: str, sig, timeout=None):
+        """In place; ``scale`` (PREMUL_SUM's factor, or None) multiplies each rank's input."""
+        flat, dt = h.view(-1), h.dtype
+
+        def stage(start, c, b):
+            mine = self._typed(self.rank, b, c, dt)
+            mine.copy_(flat[start : start + c])
+            if scale is not None:
+                mine.mul_(scale)
+
+        def finish(start, c, b):
+            bounds = _parts(c, self.size, h.element_size())
+            lo, hi = bounds[self.rank]
+            if hi > lo:  # this rank's part, reduced in place in its own buffer
+                acc = self._typed(self.rank, b, c, dt)[lo:hi]
+                for k in range(self.size):
+                    if k != self.rank:
+                        reduce(acc, self._typed(k, b, c, dt)[lo:hi])
+            self.sync(kind, None, timeout)
+            for k, (lo, hi) in enumerate(bounds):
+                if hi > lo:
+                    flat[start + lo : start + hi].copy_(self._typed(k, b, c, dt)[lo:hi])
+
+        per = max(1, self.buf_bytes // h.element_size())
+        return self._chunked(flat.numel(), per, kind, sig, timeout, stage, finish)
+
+    def broadcast(self, h: torch.Tensor, root: int, kind: str, sig, timeout=None):
+        data = h.view(-1).view(torch.uint8)
+
+        def stage(start, c, b):
+            if self.rank == root:
+                self._buffer(root, b)[:c].copy_(data[start : start + c])
+
+        def finish(start, c, b):
+            if self.rank != root:
+                data[start : start + c].copy_(self._buffer(root, b)[:c])
+
+        return self._chunked(data.numel(), self.buf_bytes, kind, sig, timeout, stage, finish)
 
     def all_gather(self, outs: list[torch.Tensor], h: torch.Tensor, kind: str, sig, timeout=None):
         """``outs[k]`` (contiguous, like ``h``) receives rank k's ``h``."""
         data = h.view(-1).view(torch.uint8)
         dests = [o.view(-1).view(torch.uint8) for o in outs]
-        n = data.numel()
-        start = 0
-        first = None
-        while True:
-            c = min(self.buf_bytes, n - start)
-            b = self._next()
+
+        def stage(start, c, b):
             self._buffer(self.rank, b)[:c].copy_(data[start : start + c])
-            got = self.sync(kind, sig if start == 0 else None, timeout)
-            if start == 0:
-                first = got
-                if got is not None and disagree(got):
-                    return got
+
+        def finish(start, c, b):
             for k, d in enumerate(dests):
                 d[start : start + c].copy_(self._buffer(k, b)[:c])
-            start += c
-            if start >= n:
-                return first
+
+        return self._chunked(data.numel(), self.buf_bytes, kind, sig, timeout, stage, finish)
 
     def reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, reduce, scale, kind: str, sig, timeout=None):
         """``out`` (m elements) = reduction over ranks of block ``rank`` of ``inp`` (size x m);
         ``scale`` (PREMUL_SUM's factor, or None) multiplies each rank's input."""
-        es = out.element_size()
-        dst = out.view(-1)
-        m = dst.numel()
-        blocks = inp.view(self.size, m)
-        per = max(1, self.buf_bytes // (es * self.size))
-        start = 0
-        first = None
-        while True:
-            c = min(per, m - start)
-            b = self._next()
-            mine = self._buffer(self.rank, b)[: self.size * c * es].view(out.dtype).view(self.size, c)
+        dst, dt, w = out.view(-1), out.dtype, self.size
+        blocks = inp.view(w, dst.numel())
+
+        def stage(start, c, b):
+            mine = self._typed(self.rank, b, w * c, dt).view(w, c)
             mine.copy_(blocks[:, start : start + c])
             if scale is not None:
                 mine.mul_(scale)
-            got = self.sync(kind, sig if start == 0 else None, timeout)
-            if start == 0:
-                first = got
-                if got is not None and disagree(got):
-                    return got
+
+        def finish(start, c, b):
             acc = dst[start : start + c]
-            acc.copy_(mine[self.rank])
-            for k in range(self.size):
+            acc.copy_(self._typed(self.rank, b, w * c, dt).view(w, c)[self.rank])
+            for k in range(w):
                 if k != self.rank:
-                    other = self._buffer(k, b)[: self.size * c * es].view(out.dtype).view(self.size, c)
-                    reduce(acc, other[self.rank])
-            start += c
-            if start >= m:
-                return first
+                    reduce(acc, self._typed(k, b, w * c, dt).view(w, c)[self.rank])
+
+        per = max(1, self.buf_bytes // (out.element_size() * w))
+        return self._chunked(dst.numel(), per, kind, sig, timeout, stage, finish)
 
 
 def disagree(sigs: list[list[int]]) -> bool:

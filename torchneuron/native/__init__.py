@@ -186,6 +186,25 @@ def _load(path: Path, module: str = MODULE):
     return mod
 
 
+def load_once(state: dict, source: Path, module: str, disabled: str | None):
+    """The extension ``module`` built from ``source``, loaded once into ``state`` (``loaded``,
+    ``reason``, ``module``); None when ``disabled`` names why it is switched off, or when it
+    cannot be built or loaded (``state["reason"]`` says why)."""
+    if state["loaded"] or state["reason"] != "not attempted":
+        return state["module"]
+    if disabled is not None:
+        state["reason"] = disabled
+        return None
+    try:
+        state["module"] = _load(build(source=source, module=module), module)
+    except Exception as e:  # noqa: BLE001  (no compiler, failed build, ABI mismatch ...)
+        state["reason"] = f"{type(e).__name__}: {e}"
+        return None
+    state["loaded"] = True
+    state["reason"] = "loaded"
+    return state["module"]
+
+
 # ---- the storage resize, called by the C++ hook ---------------------------------------------------
 def _resize_storage(st: torch.UntypedStorage, nbytes: int) -> int:
     """Give the neuron storage ``st`` ``nbytes`` bytes; returns the new host address (0 if none).

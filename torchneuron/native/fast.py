@@ -35,22 +35,9 @@ def build(force: bool = False) -> Path:
 
 def module():
     """The loaded C++ module, or None (not buildable, or switched off)."""
-    if _state["loaded"] or _state["reason"] != "not attempted":
-        return _state["module"]
-    reason = _disabled_by_env()
-    if reason is not None:
-        _state["reason"] = reason
-        return None
-    from . import _load
+    from . import load_once
 
-    try:
-        _state["module"] = _load(build(), MODULE)
-    except Exception as e:  # noqa: BLE001  (no compiler, failed build, ABI mismatch ...)
-        _state["reason"] = f"{type(e).__name__}: {e}"
-        return None
-    _state["loaded"] = True
-    _state["reason"] = "loaded"
-    return _state["module"]
+    return load_once(_state, SOURCE, MODULE, _disabled_by_env())
 
 
 def status() -> dict:

@@ -24,21 +24,10 @@ def build(force: bool = False) -> Path:
 
 def module():
     """The loaded C++ module, or None (not buildable, or switched off)."""
-    if _state["loaded"] or _state["reason"] != "not attempted":
-        return _state["module"]
-    if os.environ.get("TORCHNEURON_NATIVE", "1") in ("0", "false", "False", "off"):
-        _state["reason"] = "disabled by TORCHNEURON_NATIVE=0"
-        return None
-    from . import _load
+    from . import load_once
 
-    try:
-        _state["module"] = _load(build(), MODULE)
-    except Exception as e:  # noqa: BLE001  (no compiler, failed build, ABI mismatch ...)
-        _state["reason"] = f"{type(e).__name__}: {e}"
-        return None
-    _state["loaded"] = True
-    _state["reason"] = "loaded"
-    return _state["module"]
+    off = os.environ.get("TORCHNEURON_NATIVE", "1") in ("0", "false", "False", "off")
+    return load_once(_state, SOURCE, MODULE, "disabled by TORCHNEURON_NATIVE=0" if off else None)
 
 
 def status() -> dict:

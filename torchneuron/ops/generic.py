@@ -331,7 +331,7 @@ def _host_computed_results(f: OpFacts, args, kwargs, out) -> None:
         account_host_results(f, args, kwargs, out)
 
 
-def _reads_host_computed(args, kwargs) -> bool:
+def reads_host_computed(args, kwargs) -> bool:
     for a in (*args, *kwargs.values()):
         if isinstance(a, _Tensor):
             if a.dtype in _HOST_COMPUTED and a.device.type == _NEURON:
@@ -345,7 +345,7 @@ def _reads_host_computed(args, kwargs) -> bool:
 
 def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
     """Execute ``op`` on the simulated core (see module docstring)."""
-    if _reads_host_computed(args, kwargs):
+    if reads_host_computed(args, kwargs):
         from . import fallback  # the chip has no arithmetic for these dtypes
 
         return fallback.run(op, args, kwargs)

@@ -463,13 +463,18 @@ IMPLEMENTATION_OPS = frozenset({
 })
 
 
-def _is_random(qualified: str) -> bool:
-    """Random ops: the compiler keeps them out of compiled regions on purpose (they draw from
-    the device generator eagerly), so they run on the device in every mode."""
+def _overload(qualified: str):
+    """The OpOverload named ``ns::name.overload``, or None."""
     ns_name, _, overload = qualified.partition(".")
     ns, _, name = ns_name.partition("::")
     packet = getattr(getattr(torch.ops, ns, None), name, None)
-    op = getattr(packet, overload or "default", None) if packet is not None else None
+    return getattr(packet, overload or "default", None) if packet is not None else None
+
+
+def _is_random(qualified: str) -> bool:
+    """Random ops: the compiler keeps them out of compiled regions on purpose (they draw from
+    the device generator eagerly), so they run on the device in every mode."""
+    op = _overload(qualified)
     return op is not None and torch.Tag.nondeterministic_seeded in op.tags
 
 
@@ -506,27 +511,19 @@ MEMORY_OPS = frozenset({
 })
 
 
-def _returns_view(qualified: str) -> bool:
-    ns_name, _, overload = qualified.partition(".")
-    _, _, name = ns_name.partition("::")
-    packet = getattr(torch.ops.aten, name, None)
-    op = getattr(packet, overload or "default", None) if packet is not None else None
-    if op is None:
-        return False
-    return any(r.alias_info is not None and not r.alias_info.is_write for r in op._schema.returns)
-
-
 def apply_dtype_rule(ops: dict) -> dict:
     """The chip's dtype rule on top of the lowering verdicts: complex and uint16/32/64 have no
     arithmetic on the NeuronCore, so every overload but views and memory operators runs them
     through the CPU fallback (as the eager runtime does, whatever the compiler could lower)."""
+    from torchneuron.ops import registry
     from torchneuron.ops.dtype_policy import HOST_COMPUTED
 
     host_only = {_dtype_name(d) for d in HOST_COMPUTED}
     out = {}
     for q, v in ops.items():
         v = dict(v)
-        if q not in MEMORY_OPS and not _returns_view(q):
+        op = _overload(q)
+        if q not in MEMORY_OPS and not (op is not None and registry._returns_view(op)):
             moved = set(v["device_dtypes"]) & host_only
             v["device_dtypes"] = sorted(set(v["device_dtypes"]) - moved)
             v["cpu_dtypes"] = sorted(set(v["cpu_dtypes"]) | moved)
@@ -640,6 +637,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="re-apply the dtype rule to the existing table (no probing)")
     p.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.merge and (not args.ops or args.records is None or not args.records.exists()):
+        p.error("--merge needs --ops and --records RECORDS (the full run's records.jsonl, in its "
+                "--state folder): a table alone does not say which entry showed which verdict")
     if args.reapply_rules:
         old = json.loads(args.json.read_text())
         ops = apply_dtype_rule(old["ops"])
@@ -654,9 +654,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         _worker(args.worker, args.samples, args.ops)
         return 0
-    if args.merge and (not args.ops or args.records is None or not args.records.exists()):
-        p.error("--merge needs --ops and --records RECORDS (the full run's records.jsonl, in its "
-                "--state folder): a table alone does not say which entry showed which verdict")
     command = "python -m torchneuron.tools.op_support" + (f" --samples {args.samples}" if args.samples != 2 else "")
     if args.merge:
         import tempfile
