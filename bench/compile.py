@@ -7,7 +7,7 @@ with the default Inductor backend on the CPU, and their ratio (neuron / Inductor
 Then the time to the first compiled training step of the LM with an empty cache (cold) and
 with the disk cache filled (warm, Dynamo and the in-memory caches reset; goal ≤ 10% of cold).
 
-    python bench/compile.py [--steps 10] [--warmup 2] [--only lm|resnet]
+    python bench/compile.py [--steps 10] [--warmup 10] [--only lm|resnet]
 """
 
 from __future__ import annotations
@@ -108,14 +108,14 @@ def first_step_seconds(model, x, y, loss_fn) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=10)  # covers the IREE driver choice (8 calls)
     ap.add_argument("--only", choices=["lm", "resnet"])
     args = ap.parse_args()
     import torchneuron.compiler  # noqa: F401 - registers the backend (the entry point does too)
     from torchneuron.compiler import get_metrics
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, "
-          f"IREE driver {os.environ.get('TORCHNEURON_IREE_DRIVER', 'local-task')}")
+          f"IREE driver {os.environ.get('TORCHNEURON_IREE_DRIVER', 'auto')}")
     print(f"{'model':44} {'mode':9} {'neuron ms':>10} {'inductor ms':>12} {'ratio':>7}")
     cases = [c for c in (lm_case, resnet_case) if args.only is None or c.__name__.startswith(args.only)]
     for case in cases:

@@ -43,23 +43,31 @@ def _add_cache(p: argparse.ArgumentParser) -> None:
 
 def _run_cache(ns: argparse.Namespace) -> int:
     from .compiler.cache import CACHE
+    from .compiler.lowering_cache import LOWERED
 
     entries = CACHE.entries()
+    lowered = LOWERED.entries()
     if ns.action == "list":
         for e in entries:
             state = f"CORRUPT ({e['corrupt']})" if "corrupt" in e else e.get("region", "")
             print(f"{e['key'][:16]}  {e['bytes']:>10,} B  {e.get('target', '?'):<5} {state}")
         print(f"{len(entries)} entries in {CACHE.root}")
+        print(f"{len(lowered)} lowered regions (StableHLO) in {LOWERED.root}")
     elif ns.action == "stats":
         corrupt = sum(1 for e in entries if "corrupt" in e)
         total = sum(e["bytes"] for e in entries)
         print(f"cache directory: {CACHE.root}")
         print(f"entries: {len(entries)} ({corrupt} corrupt), {total / 2**20:.2f} MiB on disk")
+        print(f"lowered regions: {len(lowered)} ({sum(1 for e in lowered if 'corrupt' in e)} corrupt), "
+              f"{sum(e['bytes'] for e in lowered) / 2**20:.2f} MiB on disk")
     else:
         from .compiler import verdicts
 
         n = CACHE.clear_disk()
         print(f"removed {n} entries from {CACHE.root}")
+        n = LOWERED.clear_disk()
+        if n:
+            print(f"removed {n} lowered regions from {LOWERED.root}")
         if verdicts.clear():
             print(f"forgot the remembered lowering verdicts ({verdicts.path().name})")
     return 0

@@ -18,6 +18,7 @@ def cache_root(tmp_path_factory):
 def _isolated_compiler(cache_root, monkeypatch):
     from torchneuron.compiler import reset_metrics
     from torchneuron.compiler.cache import CACHE
+    from torchneuron.compiler.lowering_cache import LOWERED
 
     monkeypatch.setenv("TORCHNEURON_CACHE_DIR", str(cache_root))
     monkeypatch.delenv("TORCHNEURON_DUMP_DIR", raising=False)
@@ -27,3 +28,4 @@ def _isolated_compiler(cache_root, monkeypatch):
     yield
     torch._dynamo.reset()
     CACHE.clear_memory()
+    LOWERED.clear_memory()

@@ -56,10 +56,43 @@ def _result(proc):
 def test_warm_start_in_a_new_process_compiles_nothing(tmp_path):
     cold, grad_cold, _ = _run(tmp_path)
     assert cold["cache_misses"] == 2 and cold["compile_seconds"] > 0
+    assert cold["lowering_cache_hits"] == 0
     warm, grad_warm, _ = _run(tmp_path)
     assert warm["cache_misses"] == 0 and warm["cache_hits"] == 2
     assert warm["compile_seconds"] == 0
+    assert warm["lowering_cache_hits"] == 2  # torch-mlir did not run either
     assert grad_warm == grad_cold
+
+
+def test_lowering_cache_key_and_corrupt_entry(tmp_path, monkeypatch):
+    """The lowered StableHLO is found again for the same region; a different input shape or
+    constant is a different key; a corrupt entry is reported and the region lowered again."""
+    from torchneuron.compiler.lowering_cache import LOWERED, lower_region, region_key
+
+    monkeypatch.setenv("TORCHNEURON_CACHE_DIR", str(tmp_path))
+
+    def region(shape, constant):
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        # an ATen graph reading ``constant`` through a get_attr node
+        return make_fx(lambda x: torch.tanh(x) * constant.sum())(torch.zeros(shape))
+
+    keys = {region_key(region((4, 3), torch.ones(2))) for _ in range(2)}
+    assert len(keys) == 1
+    assert region_key(region((4, 5), torch.ones(2))) not in keys
+    assert region_key(region((4, 3), torch.zeros(2))) not in keys
+    traced = region((4, 3), torch.ones(2))
+    lowered, source = lower_region(traced)
+    assert source == "compiled" and "stablehlo.tanh" in lowered.text
+    LOWERED.clear_memory()
+    again, source = lower_region(traced)
+    assert source == "disk" and again.text == lowered.text
+    (entry,) = LOWERED.entries()
+    Path(entry["path"]).write_bytes(Path(entry["path"]).read_bytes()[:-10])
+    LOWERED.clear_memory()
+    with pytest.warns(RuntimeWarning, match="corrupt compile cache entry"):
+        fresh, source = lower_region(traced)
+    assert source == "compiled" and fresh.text == lowered.text
 
 
 def test_corrupt_entry_is_detected_and_recompiled(cache_root):
@@ -144,10 +177,12 @@ def test_cache_cli_list_stats_clear(tmp_path, monkeypatch, capsys):
     f = torch.compile(lambda x: x * 3 + 1, backend="neuron")
     f(torch.ones(4, device="neuron"))
     assert cli.main(["cache", "stats"]) == 0
-    assert "entries: 1 (0 corrupt)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "entries: 1 (0 corrupt)" in out and "lowered regions: 1 (0 corrupt)" in out
     assert cli.main(["cache", "list"]) == 0
     assert "1 entries in" in capsys.readouterr().out
     assert cli.main(["cache", "clear"]) == 0
-    assert "removed 1 entries" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "removed 1 entries" in out and "removed 1 lowered regions" in out
     cli.main(["cache", "stats"])
     assert "entries: 0" in capsys.readouterr().out

@@ -94,3 +94,44 @@ def test_dropout_draws_from_the_device_generator():
     (placement,) = [g["placement"] for g in get_metrics()["graphs"].values() if g["kind"] == "forward"]
     random_nodes = [n for n in placement if n.startswith(("rand", "bernoulli", "native_dropout"))]
     assert random_nodes and all(placement[n] == "eager" for n in random_nodes)
+
+
+class _ConvNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        return (self.bn(self.conv(x)).relu() + 1.0).mean((2, 3))
+
+
+def _conv_placement(tmp_path, monkeypatch, **env):
+    monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(tmp_path))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    torch.manual_seed(0)
+    model = _ConvNet().eval()
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        ref = model(x)
+        out = torch.compile(model.to(DEVICE), backend="neuron")(x.to(DEVICE))
+    torch.testing.assert_close(out.cpu(), ref, atol=1e-5, rtol=1e-5)
+    (graph,) = get_metrics()["graphs"].values()
+    (text,) = [p.read_text() for p in tmp_path.rglob("placement.txt")]
+    return graph, text
+
+
+def test_convolutions_are_library_kernels_by_default(tmp_path, monkeypatch):
+    graph, text = _conv_placement(tmp_path, monkeypatch)
+    assert graph["library_nodes"] == 1 and graph["eager_nodes"] == 0
+    assert graph["placement"]["convolution"] == "library"
+    assert graph["regions"] == 1  # batch norm, ReLU, add and mean: one region after the kernel
+    assert "library kernels on the device (1 nodes):\n  convolution: aten.convolution.default" in text
+
+
+def test_library_convolutions_can_be_switched_off(tmp_path, monkeypatch):
+    graph, text = _conv_placement(tmp_path, monkeypatch, TORCHNEURON_LIBRARY_CONVOLUTIONS="0")
+    assert graph["library_nodes"] == 0 and graph["eager_nodes"] == 0
+    assert graph["placement"]["convolution"].startswith("fused_")
+    assert "library kernels on the device (0 nodes)" in text

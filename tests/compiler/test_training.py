@@ -35,14 +35,36 @@ def test_cnn_training_matches_eager():
 
 
 def test_grouped_cnn_backward_compiles_whole():
-    """Convolution gradients are decomposed into convolutions: no eager node in either graph and
-    no region split (depthwise, grouped, dilated, transposed and 1-D convolutions)."""
+    """With convolutions compiled (not library kernels), their gradients are decomposed into
+    convolutions: no node outside the regions in either graph and no region split (depthwise,
+    grouped, dilated, transposed and 1-D convolutions)."""
     torch.manual_seed(0)
     batches = [(torch.randn(2, 3, 16, 16, device=DEVICE), torch.randint(0, 10, (2,), device=DEVICE)) for _ in range(2)]
-    train_compare(GroupedCNN(), batches, F.cross_entropy, steps=6, atol=2e-4, rtol=2e-4)
+    train_compare(GroupedCNN(), batches, F.cross_entropy, steps=6, atol=2e-4, rtol=2e-4,
+                  options={"library_convolutions": False})
     for g in _graphs("forward") + _graphs("backward"):
-        assert g["eager_nodes"] == 0, g["placement"]
+        assert g["eager_nodes"] == 0 and g["library_nodes"] == 0, g["placement"]
         assert g["split_regions"] == 0
+    assert get_metrics()["graphs_compiled"] == 2
+
+
+def test_grouped_cnn_training_with_library_convolutions():
+    """By default convolutions and their backward (kept whole, not decomposed) run as the
+    device's library kernels between compiled regions; everything else is compiled."""
+    torch.manual_seed(0)
+    batches = [(torch.randn(2, 3, 16, 16, device=DEVICE), torch.randint(0, 10, (2,), device=DEVICE)) for _ in range(2)]
+    model = GroupedCNN()
+    n_convs = sum(isinstance(m, torch.nn.modules.conv._ConvNd) for m in model.modules())
+    train_compare(model, batches, F.cross_entropy, steps=6, atol=2e-4, rtol=2e-4)
+    (fw,), (bw,) = _graphs("forward"), _graphs("backward")
+    # a ReLU alone between two convolutions is not worth an executable call: it runs eagerly
+    eager = [node for node, where in fw["placement"].items() if where == "eager"]
+    assert all(node.startswith("relu") for node in eager) and bw["eager_nodes"] == 0, fw["placement"]
+    for g, prefix in ((fw, "convolution"), (bw, "convolution_backward")):
+        library = sorted(node for node, where in g["placement"].items() if where == "library")
+        assert g["library_nodes"] == len(library) == n_convs, g["placement"]
+        assert all(node.rstrip("_0123456789") == prefix for node in library), library
+        assert g["regions"] >= 1 and g["compiled_nodes"] > 0
     assert get_metrics()["graphs_compiled"] == 2
 
 

@@ -39,7 +39,7 @@ def _aot_backend(options: CompileOptions):
         fw_compiler=_graph_compiler("forward", options),
         bw_compiler=_graph_compiler("backward", options),
         inference_compiler=_graph_compiler("inference", options),
-        decompositions=decompositions(),
+        decompositions=decompositions(convolution_backward=not options.uses_library_convolutions),
     )
 
 

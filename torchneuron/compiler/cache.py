@@ -54,22 +54,27 @@ class Lookup:
 
 
 class ExecutableCache:
-    def __init__(self, root: Path | None = None, use_disk: bool | None = None):
+    """One level of compiled artefacts: ``<cache dir>/<subdir>/<kk>/<key><suffix>`` on disk."""
+
+    def __init__(self, root: Path | None = None, use_disk: bool | None = None,
+                 subdir: str = _SUBDIR, suffix: str = ".vmfb"):
         self._root = root
         self._use_disk = use_disk
+        self._subdir = subdir
+        self._suffix = suffix
         self._memory: dict[str, bytes] = {}
         self._lock = threading.Lock()
 
     @property
     def root(self) -> Path:
-        return (self._root or settings.cache_dir()) / _SUBDIR
+        return (self._root or settings.cache_dir()) / self._subdir
 
     @property
     def use_disk(self) -> bool:
         return settings.disk_cache_enabled() if self._use_disk is None else self._use_disk
 
     def path(self, key: str) -> Path:
-        return self.root / key[:2] / f"{key}.vmfb"
+        return self.root / key[:2] / f"{key}{self._suffix}"
 
     # -- public --------------------------------------------------------------------------
 
@@ -106,7 +111,7 @@ class ExecutableCache:
         out = []
         if not self.root.exists():
             return out
-        for p in sorted(self.root.glob("*/*.vmfb")):
+        for p in sorted(self.root.glob(f"*/*{self._suffix}")):
             info = {"key": p.stem, "path": str(p), "bytes": p.stat().st_size}
             try:
                 info.update(_read_header(p.read_bytes())[0])
@@ -120,7 +125,7 @@ class ExecutableCache:
         if self.root.exists():
             for p in self.root.glob("*/*"):
                 p.unlink(missing_ok=True)
-                n += p.suffix == ".vmfb"
+                n += p.suffix == self._suffix
         return n
 
     # -- disk level -------------------------------------------------------------------------

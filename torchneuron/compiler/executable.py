@@ -11,6 +11,7 @@ its dtype is one the chip computes in a narrower type (int64/float64, converted 
 from __future__ import annotations
 
 import re
+import statistics
 import subprocess
 import threading
 import time
@@ -166,27 +167,67 @@ def _runtime(driver: str) -> _Runtime:
     return _Runtime(driver)
 
 
+class _Loaded:
+    """A module loaded into one runtime (driver): its VM context and entry function."""
+
+    def __init__(self, rt: _Runtime, vmfb: bytes, function: str, name: str):
+        ir = rt.ir
+        self.rt = rt
+        module = ir.VmModule.copy_buffer(rt.instance, vmfb)
+        self.context = ir.VmContext(rt.instance, modules=[ir.create_hal_module(rt.instance, rt.device), module])
+        self.function = module.lookup_function(function)
+        if self.function is None:
+            raise RuntimeError(f"executable {name} has no function {function!r}")
+        self.seconds: list[float] = []  # timed calls while the driver is being chosen
+
+
+# With TORCHNEURON_IREE_DRIVER=auto (the default) an executable is loaded into both drivers and its
+# first calls alternate between them; after _TIMED_CALLS timed calls on each (the first call of
+# each is not timed: IREE loads the code lazily) the driver with the lower median keeps it.
+# Measured on ResNet-18 (bench/compile.py --only resnet): its many small regions (batch norm,
+# ReLU, additions between library convolutions) run faster on the calling thread (`local-sync`,
+# inference 30.7 against 48.3 ms), the LM's large matmuls on IREE's worker threads (`local-task`).
+# Both drivers run the same compiled code: the results are the same whichever is chosen.
+_AUTO_DRIVERS = ("local-task", "local-sync")
+_TIMED_CALLS = 3
+
+
 class Executable:
     """A loaded ``.vmfb``: call it with device tensors, get device tensors back."""
 
     def __init__(self, vmfb: bytes, in_dtypes: list[torch.dtype], out_dtypes: list[torch.dtype],
                  name: str = "region", function: str = "main"):
-        rt = _runtime(settings.runtime_driver())
-        ir = rt.ir
-        self._rt = rt
+        driver = settings.runtime_driver()
+        drivers = _AUTO_DRIVERS if driver == "auto" else (driver,)
         self.name = name
-        self._module = ir.VmModule.copy_buffer(rt.instance, vmfb)
-        self._context = ir.VmContext(rt.instance, modules=[ir.create_hal_module(rt.instance, rt.device), self._module])
-        self._function = self._module.lookup_function(function)
-        if self._function is None:
-            raise RuntimeError(f"executable {name} has no function {function!r}")
+        self._candidates = [_Loaded(_runtime(d), vmfb, function, name) for d in drivers]
+        self._calls = 0
         self._in_cast = [boundary_dtype(d) if boundary_dtype(d) != d else None for d in in_dtypes]
         self._out_dtypes = list(out_dtypes)
         self._lock = threading.Lock()  # one VM context is not re-entrant
 
+    @property
+    def driver(self) -> str | None:
+        """The IREE driver running this executable (None while it is still being chosen)."""
+        return self._candidates[0].rt.driver if len(self._candidates) == 1 else None
+
+    def _next(self) -> _Loaded:
+        return self._candidates[self._calls % len(self._candidates)]
+
+    def _timed(self, loaded: _Loaded, seconds: float) -> None:
+        """Account one call while choosing; keep the faster driver once all have been timed."""
+        if self._calls >= len(self._candidates):  # not the first call of this driver
+            loaded.seconds.append(seconds)
+        self._calls += 1
+        if all(len(c.seconds) >= _TIMED_CALLS for c in self._candidates):
+            self._candidates = [min(self._candidates, key=lambda c: statistics.median(c.seconds))]
+
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
-        ir = self._rt.ir
-        device = self._rt.device
+        with self._lock:
+            return self._call(self._next(), inputs)
+
+    def _call(self, loaded: _Loaded, inputs: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
+        ir, device = loaded.rt.ir, loaded.rt.device
         to_dlpack = torch.utils.dlpack.to_dlpack
         args = ir.VmVariantList(len(inputs))
         keep = []  # host tensors that the runtime reads must outlive the call
@@ -205,10 +246,11 @@ class Executable:
         results = ir.VmVariantList(len(self._out_dtypes))
         t0 = time.perf_counter_ns()
         try:
-            with self._lock:
-                self._context.invoke(self._function, args, results)
+            loaded.context.invoke(loaded.function, args, results)
         except Exception as err:  # noqa: BLE001 - report the executable that failed
             raise NeuronRuntimeError(f"compiled executable {self.name} failed on the device: {err}") from err
+        if len(self._candidates) > 1:
+            self._timed(loaded, (time.perf_counter_ns() - t0) * 1e-9)
         outs = []
         for i, dtype in enumerate(self._out_dtypes):
             view = results.get_as_object(i, ir.HalBufferView)

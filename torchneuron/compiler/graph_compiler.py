@@ -29,7 +29,8 @@ from .executable import (
     compile_stablehlo,
     compiler_version,
 )
-from .lowering import LoweringError, first_failing_node, lower, source_location
+from .lowering import LoweringError, first_failing_node, source_location
+from .lowering_cache import lower_region
 from .partition import REGION_PREFIX, partition, split_by_names
 from .passes import (
     bool_inputs_as_bytes,
@@ -63,7 +64,7 @@ class CompiledRegion(torch.nn.Module):
             return
         t0 = time.perf_counter()
         try:
-            lowered = lower(sub, isolate=True)
+            lowered, lowered_from = lower_region(sub)
         except LoweringError as err:
             bad = first_failing_node(sub)
             raise NeuronCompilationError(
@@ -73,6 +74,9 @@ class CompiledRegion(torch.nn.Module):
                 dump_dir=str(dump) or None,
             ) from err
         record.lowering_seconds += time.perf_counter() - t0
+        if lowered_from != "compiled":
+            record.lowering_hits += 1
+            metrics.count("lowering_cache_hits")
         dump.write(f"{name}.stablehlo.mlir", lowered.text_with_locations)
         flags = compile_flags(lowered.text)
         target = state.target().name
@@ -181,7 +185,7 @@ def compile_graph(gm: fx.GraphModule, kind: str, options: CompileOptions):
         work = _copy(gm)
         fill_default_strides(work)
         wrap_negative_indices(work)
-        outer, placement = partition(work, enabled=options.partition)
+        outer, placement = partition(work, enabled=options.partition, library=options.library_convolutions)
         record.pass_seconds += time.perf_counter() - t0
         for name, sub in list(outer.named_children()):
             if name.startswith(REGION_PREFIX) and isinstance(sub, fx.GraphModule):
@@ -208,6 +212,7 @@ def compile_graph(gm: fx.GraphModule, kind: str, options: CompileOptions):
     record.regions = len(placement.regions)
     record.compiled_nodes = sum(len(v) for v in placement.regions.values())
     record.eager_nodes = len(placement.eager)
+    record.library_nodes = len(placement.library)
     record.placement = placement.by_node()
     dump.write("placement.txt", placement.format())
     metrics.count("graphs_compiled")

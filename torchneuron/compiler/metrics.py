@@ -16,23 +16,25 @@ class GraphRecord:
     kind: str  # "forward", "backward" or "inference"
     nodes: int = 0
     compiled_nodes: int = 0
-    eager_nodes: int = 0
+    eager_nodes: int = 0  # outside the compiled regions: not lowerable, random, or a lone node
+    library_nodes: int = 0  # outside the compiled regions: library kernels (library.py)
     regions: int = 0
     pass_seconds: float = 0.0
     lowering_seconds: float = 0.0
     compile_seconds: float = 0.0
     cache_hits: int = 0
     cache_misses: int = 0
+    lowering_hits: int = 0  # regions whose StableHLO came from the lowering cache (lowering_cache.py)
     fallback: bool = False
     split_regions: int = 0  # regions that failed as a whole and were split in halves
     eager_after_split: int = 0  # nodes left eager because they failed even on their own
-    placement: dict[str, str] = field(default_factory=dict)  # node name -> "compiled:region" | "eager"
+    placement: dict[str, str] = field(default_factory=dict)  # node name -> region | "eager" | "library"
     model: str | None = None  # settings.set_model_name() in effect when the graph was compiled
 
 
 _graphs: dict[str, GraphRecord] = {}
 _totals = {"graphs_compiled": 0, "cache_hits": 0, "cache_misses": 0, "compile_seconds": 0.0,
-           "fallbacks": 0, "corrupt_cache_entries": 0, "eager_after_split": 0}
+           "fallbacks": 0, "corrupt_cache_entries": 0, "eager_after_split": 0, "lowering_cache_hits": 0}
 
 
 def new_graph(graph_id: str, kind: str) -> GraphRecord:

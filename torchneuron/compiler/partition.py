@@ -3,8 +3,9 @@
 A node joins a compiled region when the lowering supports it (``lowering.node_lowers``: the
 node alone lowers to StableHLO) and it is not a random op (``passes.is_random``). Connected
 supported nodes are grouped by ``CapabilityBasedPartitioner`` into ``fused_<n>`` submodules;
-every other node stays in the outer graph and runs through the device's eager kernels.
-``Placement`` records where each node ran.
+every other node stays in the outer graph and runs through the device's eager kernels: the
+operators of ``library.LIBRARY_OPS`` (convolutions) by choice, as library kernels, the rest
+because they do not lower. ``Placement`` records where each node ran.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from . import verdicts
+from .library import is_library_node
 from .lowering import node_lowers
 from .passes import is_random
 
@@ -25,7 +27,11 @@ REGION_PREFIX = "fused_"
 
 
 class LoweringSupport(OperatorSupportBase):
-    """Supported = lowers to StableHLO on its own and is not a random op."""
+    """Supported = lowers to StableHLO on its own, is not a random op and, with
+    ``library=True``, is not one of the library kernels' operators."""
+
+    def __init__(self, library: bool = True):
+        self.library = library
 
     def is_node_supported(self, submodules, node: fx.Node) -> bool:
         if node.op != "call_function":
@@ -35,17 +41,21 @@ class LoweringSupport(OperatorSupportBase):
             return isinstance(src, fx.Node) and self.is_node_supported(submodules, src)
         if not isinstance(node.target, torch._ops.OpOverload) or is_random(node):
             return False
+        if self.library and is_library_node(node):
+            return False
         return node_lowers(node)
 
 
 @dataclass
 class Placement:
     regions: dict[str, list[str]] = field(default_factory=dict)  # region -> "node: op" lines
-    eager: list[str] = field(default_factory=list)
+    eager: list[str] = field(default_factory=list)  # outside the regions: not lowerable, random
+    library: list[str] = field(default_factory=list)  # outside the regions: library kernels
 
     def by_node(self) -> dict[str, str]:
         out = {line.split(":", 1)[0]: region for region, lines in self.regions.items() for line in lines}
         out.update({line.split(":", 1)[0]: "eager" for line in self.eager})
+        out.update({line.split(":", 1)[0]: "library" for line in self.library})
         return out
 
     def format(self) -> str:
@@ -53,6 +63,8 @@ class Placement:
         for region, nodes in self.regions.items():
             lines.append(f"compiled region {region} ({len(nodes)} nodes):")
             lines.extend(f"  {n}" for n in nodes)
+        lines.append(f"library kernels on the device ({len(self.library)} nodes):")
+        lines.extend(f"  {n}" for n in self.library)
         lines.append(f"eager on the device ({len(self.eager)} nodes):")
         lines.extend(f"  {n}" for n in self.eager)
         return "\n".join(lines)
@@ -66,16 +78,19 @@ def _compute_nodes(gm: fx.GraphModule) -> list[fx.Node]:
     return [n for n in gm.graph.nodes if n.op == "call_function" and n.target is not operator.getitem]
 
 
-def partition(gm: fx.GraphModule, *, enabled: bool = True) -> tuple[fx.GraphModule, Placement]:
+def partition(gm: fx.GraphModule, *, enabled: bool = True,
+              library: bool = True) -> tuple[fx.GraphModule, Placement]:
     """``gm`` with its lowerable parts fused into ``fused_<n>`` submodules, and the placement.
 
     With ``enabled=False`` the whole graph becomes one region (lowering failures then surface
-    as compilation errors instead of eager nodes).
+    as compilation errors instead of eager nodes); ``library=False`` compiles the library
+    kernels' operators too.
     """
     if not enabled:
         outer = _whole_graph_region(gm)
     else:
-        partitioner = CapabilityBasedPartitioner(gm, LoweringSupport(), allows_single_node_partition=False)
+        partitioner = CapabilityBasedPartitioner(gm, LoweringSupport(library),
+                                                 allows_single_node_partition=False)
         partitions = partitioner.propose_partitions()
         verdicts.flush()  # the probes' verdicts, for later processes
         outer = partitioner.fuse_partitions(partitions, prefix=REGION_PREFIX)
@@ -83,7 +98,8 @@ def partition(gm: fx.GraphModule, *, enabled: bool = True) -> tuple[fx.GraphModu
     for name, sub in outer.named_children():
         if name.startswith(REGION_PREFIX) and isinstance(sub, fx.GraphModule):
             placement.regions[name] = [_describe(n) for n in _compute_nodes(sub)]
-    placement.eager = [_describe(n) for n in _compute_nodes(outer)]
+    for n in _compute_nodes(outer):
+        (placement.library if enabled and library and is_library_node(n) else placement.eager).append(_describe(n))
     return outer, placement
 
 

@@ -3,7 +3,8 @@
 * **Decompositions** — AOTAutograd traces with :data:`DECOMPOSITIONS`: PyTorch's core ATen
   decompositions as torch-mlir expects them, plus the overloads torch-mlir does not legalise
   itself (``aten.squeeze.dims``), plus per-tensor forms of the ``_foreach_*`` ops
-  (``foreach.py``), ``convolution_backward`` as convolutions (``convolution.py``), and max
+  (``foreach.py``), ``convolution_backward`` as convolutions when convolutions are compiled
+  rather than left to library kernels (``convolution.py``, ``library.py``), and max
   pooling with ``ceil_mode`` made explicit (``pooling.py``: torch-mlir pads the window on the
   wrong side), and ``as_strided`` calls that only reshape as views (``views.py``: IREE cannot
   compile torch-mlir's gather for them). Functionalisation is AOTAutograd's own.
@@ -43,7 +44,9 @@ EXTRA_DECOMPOSED = [_aten.squeeze.dims]
 
 
 @functools.cache
-def decompositions() -> dict:
+def decompositions(convolution_backward: bool = True) -> dict:
+    """AOTAutograd's decomposition table; ``convolution_backward=False`` keeps
+    ``aten.convolution_backward`` whole (for the library convolutions of ``library.py``)."""
     from torch._decomp import get_decompositions
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
@@ -55,7 +58,8 @@ def decompositions() -> dict:
     table = dict(get_decomposition_table())
     table.update(get_decompositions(EXTRA_DECOMPOSED))
     table.update(foreach_decompositions())
-    table.update(convolution_decompositions())
+    if convolution_backward:
+        table.update(convolution_decompositions())
     table.update(pooling_decompositions())
     table.update(view_decompositions())
     return table

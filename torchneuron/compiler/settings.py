@@ -67,9 +67,14 @@ def model_dir_name(name: str) -> str:
 
 
 def runtime_driver() -> str:
-    """IREE HAL driver executing the simulated core's executables (``local-task`` is
-    multi-threaded, ``local-sync`` runs on the calling thread with less overhead per call)."""
-    return os.environ.get("TORCHNEURON_IREE_DRIVER", "local-task")
+    """IREE HAL driver executing the simulated core's executables: ``local-task`` is
+    multi-threaded, ``local-sync`` runs on the calling thread with less overhead per call, and
+    ``auto`` (the default) times an executable's first calls on both and keeps the faster one
+    (``executable.py``)."""
+    driver = os.environ.get("TORCHNEURON_IREE_DRIVER", "auto")
+    if driver not in ("auto", "local-task", "local-sync"):
+        raise ValueError(f"TORCHNEURON_IREE_DRIVER={driver!r}: expected auto, local-task or local-sync")
+    return driver
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,8 @@ class CompileOptions:
 
     fallback: bool = False  # run a graph eagerly (with a warning) when it fails to compile
     partition: bool = True  # keep nodes that cannot be lowered outside compiled regions
+    # convolutions run as the device's library kernels between compiled regions (library.py)
+    library_convolutions: bool = True
 
     @classmethod
     def from_user(cls, options: dict | None) -> CompileOptions:
@@ -90,4 +97,12 @@ class CompileOptions:
             )
         if "fallback" not in options:
             options["fallback"] = _env_flag("TORCHNEURON_COMPILE_FALLBACK")
+        if "library_convolutions" not in options:
+            options["library_convolutions"] = os.environ.get(
+                "TORCHNEURON_LIBRARY_CONVOLUTIONS", "1") not in ("0", "false", "False", "off")
         return cls(**{k: bool(v) for k, v in options.items()})
+
+    @property
+    def uses_library_convolutions(self) -> bool:
+        """Convolutions are left to library kernels (only a partitioned graph has outside nodes)."""
+        return self.partition and self.library_convolutions

@@ -1,0 +1,73 @@
+"""Lowered regions remembered across processes, so that a warm start skips torch-mlir.
+
+The executable cache is keyed by the StableHLO text, so even a warm start had to lower every
+region with torch-mlir (in a forked child) to find its key: about a second per training graph
+of the GPT-2-style LM. This level maps what the lowering depends on to the StableHLO it
+produced:
+
+* the region's FX code (operators, arguments, structure),
+* every input's shape, stride, storage offset and dtype,
+* the values of constant tensors the region reads (``get_attr`` nodes),
+* every node's source location (the StableHLO with locations names the user's lines),
+* ``verdicts.fingerprint()``: torch-mlir's and PyTorch's versions and the compiler's sources.
+
+Entries live in ``TORCHNEURON_CACHE_DIR/lowered/`` with the executable cache's format and
+guarantees (checksum, atomic replace, per-key lock; a corrupt entry is reported and lowered
+again). A lowering error is never remembered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import torch
+import torch.fx as fx
+
+from . import verdicts
+from .cache import ExecutableCache
+from .lowering import Lowered, lower
+
+LOWERED = ExecutableCache(subdir="lowered", suffix=".stablehlo")
+
+
+def _tensor_signature(t: torch.Tensor) -> str:
+    return f"{t.dtype}{tuple(t.shape)}{t.stride()}+{t.storage_offset()}"
+
+
+def region_key(gm: fx.GraphModule) -> str:
+    h = hashlib.sha256()
+    h.update(verdicts.fingerprint().encode())
+    h.update(gm.code.encode())
+    for node in gm.graph.nodes:
+        h.update(node.name.encode())
+        if node.op == "placeholder":
+            val = node.meta.get("val")
+            h.update((_tensor_signature(val) if isinstance(val, torch.Tensor) else repr(val)).encode())
+        elif node.op == "get_attr":
+            value = gm
+            for part in str(node.target).split("."):
+                value = getattr(value, part)
+            if isinstance(value, torch.Tensor):
+                host = value.detach().to("cpu").contiguous()
+                h.update(_tensor_signature(value).encode())
+                h.update(host.reshape(-1).view(torch.uint8).numpy().tobytes())
+            else:
+                h.update(repr(value).encode())
+        h.update((node.meta.get("stack_trace") or "").encode())
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+def lower_region(gm: fx.GraphModule, name: str = "main") -> tuple[Lowered, str]:
+    """``lower(gm, isolate=True)``, or its remembered result; also says which ("memory",
+    "disk" or "compiled" = lowered now)."""
+    key = region_key(gm)
+
+    def lower_now() -> bytes:
+        lowered = lower(gm, name, isolate=True)
+        return json.dumps({"text": lowered.text, "with_locations": lowered.text_with_locations}).encode()
+
+    lookup = LOWERED.get_or_compile(key, lower_now, {"kind": "stablehlo", "region": name})
+    data = json.loads(lookup.payload)
+    return Lowered(data["text"], data["with_locations"]), lookup.source
