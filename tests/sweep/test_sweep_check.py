@@ -102,3 +102,4 @@ def test_check_counts_graph_breaks_and_neuron_graphs(tmp_path):
     assert d["frames_compiled"] == 2 and d["graph_breaks"] == 1
     assert any("graph_break()" in r for r in d["graph_break_reasons"])
     assert rep["compile"]["neuron_compiler"]["graphs"] == 2
+    assert rep["compile"]["neuron_compiler"]["library_nodes"] == 0  # no convolution here

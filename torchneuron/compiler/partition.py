@@ -49,7 +49,7 @@ class LoweringSupport(OperatorSupportBase):
 @dataclass
 class Placement:
     regions: dict[str, list[str]] = field(default_factory=dict)  # region -> "node: op" lines
-    eager: list[str] = field(default_factory=list)  # outside the regions: not lowerable, random
+    eager: list[str] = field(default_factory=list)  # outside the regions: not lowerable, random, alone
     library: list[str] = field(default_factory=list)  # outside the regions: library kernels
 
     def by_node(self) -> dict[str, str]:

@@ -115,6 +115,7 @@ def _compile_stats() -> dict:
         graphs = m.pop("graphs", {})
         m["regions"] = sum(g.get("regions", 0) for g in graphs.values())
         m["eager_nodes"] = sum(g.get("eager_nodes", 0) for g in graphs.values())
+        m["library_nodes"] = sum(g.get("library_nodes", 0) for g in graphs.values())
         m["graphs"] = len(graphs)
         out["neuron_compiler"] = m
     except Exception:  # noqa: BLE001
@@ -236,7 +237,8 @@ def format_report(rep: dict, top: int = 15) -> str:
     m = c.get("neuron_compiler")
     if m and m.get("graphs"):
         lines.append(f"neuron compiler: {m['graphs']} graphs ({m['graphs_compiled']} compiled, {m['cache_hits']} cache hits), "
-                     f"{m['regions']} regions, {m['eager_nodes']} nodes left eager, {m['fallbacks']} graph fallbacks, "
+                     f"{m['regions']} regions, {m['library_nodes']} library kernels (convolutions), "
+                     f"{m['eager_nodes']} nodes left eager, {m['fallbacks']} graph fallbacks, "
                      f"{m['compile_seconds']:.1f} s compiling")
     return "\n".join(lines)
 
