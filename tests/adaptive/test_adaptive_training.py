@@ -96,3 +96,26 @@ def test_optimizer_floats_are_lifted_so_the_step_stays_fused(opt):
     m = adaptive.get_metrics()
     assert compiled[-1] == compiled[1], compiled
     assert m["windows_lifted"] >= 1 and m["windows_replayed"] == 0 and m["windows_varying_floats"] == 0, m
+
+
+def test_channels_last_views_in_backward_stay_fused():
+    """ConvNeXt blocks: layer norm and the MLP over channels-last views (permute). The gradient
+    leaving one block's permuted layer norm reaches the previous block's ``Linear`` through a
+    ``view`` recorded with the eager kernel's strides, impossible with those of PyTorch's
+    decomposition of ``native_layer_norm_backward`` that the compiler traces with."""
+    from torchvision.models.convnext import CNBlock
+
+    torch.manual_seed(0)
+    base = torch.nn.Sequential(CNBlock(16, 0.5, 0.0), CNBlock(16, 0.5, 0.0))
+    x = torch.randn(2, 16, 4, 4)
+    grads = {}
+    for mode in ("eager", "adaptive"):
+        adaptive.reset_metrics()
+        model = copy.deepcopy(base).to("neuron")
+        with torchneuron.execution_mode(mode):
+            model(x.to("neuron")).sum().backward()
+        grads[mode] = [p.grad.cpu() for p in model.parameters()]
+    m = adaptive.get_metrics()
+    assert m["windows_fused"] >= 1 and m["windows_non_fusable"] == 0, m["failures"]
+    for ge, ga in zip(grads["eager"], grads["adaptive"], strict=True):
+        torch.testing.assert_close(ga, ge, rtol=1e-4, atol=1e-5)

@@ -57,11 +57,50 @@ def _fx_args(a, env):
     return a
 
 
-def build_graph(w: Window, live: list[int], lifted: set[int] | None = None) -> fx.GraphModule:
+_VIEW = torch.ops.aten.view.default
+_RESHAPE = torch.ops.aten.reshape.default
+
+
+def _views_as_reshapes(w: Window) -> set[int]:
+    """The ``view`` nodes the graph may express as ``reshape``: views of values computed in the
+    window whose alias group (the value, its views, the views of those …) no op writes to.
+
+    The recorder decided "view" with the strides the eager kernels give; when the window is
+    traced again for compilation, PyTorch's decompositions may give an intermediate other
+    strides (``native_layer_norm_backward`` keeps its input's permuted layout, the kernel returns
+    it contiguous), where that view is impossible. Intermediate layouts are the compiler's
+    business, and without a write through the alias a reshape computes the same values. Used
+    only for a window whose tracing failed on such a view (``_compile_window``)."""
+    root: dict[int, int] = {}  # value -> the value it is a view of, transitively
+    written: set[int] = set()
+    for n in w.nodes:
+        schema = n.op._schema
+        for arg, a in zip(schema.arguments, n.args, strict=False):
+            if arg.alias_info is not None and arg.alias_info.is_write and isinstance(a, Ref):
+                written.add(root.get(a.i, a.i))
+        if n.is_view and n.args and isinstance(n.args[0], Ref):
+            base = root.get(n.args[0].i, n.args[0].i)
+            for v in n.outs:
+                if v is not None:
+                    root[v] = base
+    placeholders = set(w.ph_values)
+    out = set()
+    for k, n in enumerate(w.nodes):
+        if n.op is _VIEW and isinstance(n.args[0], Ref):
+            base = root.get(n.args[0].i, n.args[0].i)
+            if base not in placeholders and base not in written:
+                out.add(k)
+    return out
+
+
+def build_graph(w: Window, live: list[int], lifted: set[int] | None = None,
+                reshape_views: bool = False) -> fx.GraphModule:
     """The window as an FX graph: placeholders for its memory from before, its ops in launch
     order, the values ``live`` as outputs. ``lifted`` (indices into ``w.floats``): those floats
-    become further placeholders, after the window's own (see ``lifting.py``)."""
+    become further placeholders, after the window's own (see ``lifting.py``).
+    ``reshape_views``: see :func:`_views_as_reshapes`."""
     by_node = lifting.lift_sites(w, lifted) if lifted else {}
+    reshapes = _views_as_reshapes(w) if reshape_views else set()
     g = fx.Graph()
     env: dict[int, fx.Node] = {}
     for i, v in enumerate(w.ph_values):
@@ -74,7 +113,7 @@ def build_graph(w: Window, live: list[int], lifted: set[int] | None = None) -> f
         if mine:
             node = lifting.emit(g, n.op, args, kwargs, {p: floats[i] for p, i in mine.items()})
         else:
-            node = g.call_function(n.op, args, kwargs)
+            node = g.call_function(_RESHAPE if k in reshapes else n.op, args, kwargs)
         node.meta["window_index"] = k
         if n.single:
             if n.outs and n.outs[0] is not None:
@@ -94,6 +133,33 @@ def _compile(gm: fx.GraphModule, inputs: list[torch.Tensor]):
 
     with torch.no_grad():
         return _aot_backend(CompileOptions(fallback=False, partition=True))(gm, inputs)
+
+
+_IMPOSSIBLE_VIEW = "Cannot view a tensor with shape"
+
+
+class _ResultMismatch(Exception):
+    """A compiled window's result does not have the shape its recorded op gave (PyTorch's
+    decomposition of ``_scaled_dot_product_flash_attention_for_cpu`` returns the attention
+    weights where the kernel returns the log-sum-exp): the window runs op by op instead."""
+
+
+def _check_results(live, results) -> None:
+    for o, r in zip(live, results, strict=True):
+        if tuple(r.shape) != tuple(o.size):
+            raise _ResultMismatch(f"value %{o.value}: the program gives shape {tuple(r.shape)}, "
+                                  f"the recorded op {tuple(o.size)}")
+
+
+def _compile_window(w: Window, live: list[int], inputs: list, lifted: set[int] | None = None):
+    """The window compiled; traced again with views of intermediates as reshapes when PyTorch's
+    decompositions made one of the recorded views impossible."""
+    try:
+        return _compile(build_graph(w, live, lifted), inputs)
+    except Exception as err:  # noqa: BLE001 - any other failure is the caller's to report
+        if _IMPOSSIBLE_VIEW not in str(err):
+            raise
+    return _compile(build_graph(w, live, lifted, reshape_views=True), inputs)
 
 
 class _Replay(fx.Interpreter):
@@ -156,9 +222,8 @@ def _lifted(w: Window, structure: tuple, floats: tuple, seen: tuple, live) -> tu
             return _NON_FUSABLE, []
         positions = frozenset(positions | varying)
         try:
-            gm = build_graph(w, [o.value for o in live], set(positions))
             inputs = lifting.float_inputs([floats[i] for i in sorted(positions)])
-            entry = _compile(gm, [*w.placeholders, *inputs])
+            entry = _compile_window(w, [o.value for o in live], [*w.placeholders, *inputs], set(positions))
             metrics.count("windows_compiled")
             metrics.count("windows_lifted")
         except Exception as err:  # noqa: BLE001 - it runs op by op instead
@@ -212,9 +277,8 @@ def run_window(w: Window, reason: str) -> None:
             # floats that vary become inputs of one program (lifting.py), else it runs op by op
             entry, extra = _lifted(w, structure, floats, next(iter(variants)), live)
         else:
-            gm = build_graph(w, [o.value for o in live])
             try:
-                entry = _compile(gm, w.placeholders)
+                entry = _compile_window(w, [o.value for o in live], w.placeholders)
                 metrics.count("windows_compiled")
             except Exception as err:  # noqa: BLE001 - a window that cannot be fused runs op by op
                 entry = _NON_FUSABLE
@@ -228,16 +292,19 @@ def run_window(w: Window, reason: str) -> None:
         try:
             with torch.no_grad(), results_into_destinations():
                 results = entry(*w.placeholders, *extra)
+            _check_results(live, results)  # before any result is written to its destination
             metrics.count("windows_fused")
         except Exception as err:  # noqa: BLE001
+            results = None
             if extra:
                 CACHE.lifted[structure] = (CACHE.lifted[structure][0], _NON_FUSABLE, _MAX_LIFT_ATTEMPTS)
             else:
                 variants[floats] = _NON_FUSABLE
             metrics.count("windows_non_fusable")
             metrics.note_failure(f"run: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
-            warnings.warn(f"torchneuron adaptive eager: a fused window failed to run and is replayed "
-                          f"op by op ({type(err).__name__}: {err})", RuntimeWarning, stacklevel=2)
+            if not isinstance(err, _ResultMismatch):  # known and harmless: the replay is exact
+                warnings.warn(f"torchneuron adaptive eager: a fused window failed to run and is replayed "
+                              f"op by op ({type(err).__name__}: {err})", RuntimeWarning, stacklevel=2)
     if results is None:
         if gm is None:
             gm = build_graph(w, [o.value for o in live])
