@@ -30,6 +30,13 @@ from .lowering import Lowered, lower
 
 LOWERED = ExecutableCache(subdir="lowered", suffix=".stablehlo")
 
+# Regions up to this many operators are lowered in this process, larger ones in a forked child
+# (lowering.py: torch-mlir's pathologies — a 20 GB blow-up, a crash — were seen on large
+# transformer backward graphs; the partitioner's one-node probes run in-process too). Forking a
+# 2 GB process costs ~0.15 s more than the lowering of a small region itself (0.20 against 0.05 s,
+# measured), which a CNN with library convolutions pays for each of its hundreds of regions.
+ISOLATE_ABOVE_NODES = 40
+
 
 def _tensor_signature(t: torch.Tensor) -> str:
     return f"{t.dtype}{tuple(t.shape)}{t.stride()}+{t.storage_offset()}"
@@ -60,12 +67,13 @@ def region_key(gm: fx.GraphModule) -> str:
 
 
 def lower_region(gm: fx.GraphModule, name: str = "main") -> tuple[Lowered, str]:
-    """``lower(gm, isolate=True)``, or its remembered result; also says which ("memory",
-    "disk" or "compiled" = lowered now)."""
+    """``lower(gm)`` (isolated in a child process if the region is large), or its remembered
+    result; also says which ("memory", "disk" or "compiled" = lowered now)."""
     key = region_key(gm)
 
     def lower_now() -> bytes:
-        lowered = lower(gm, name, isolate=True)
+        ops = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+        lowered = lower(gm, name, isolate=ops > ISOLATE_ABOVE_NODES)
         return json.dumps({"text": lowered.text, "with_locations": lowered.text_with_locations}).encode()
 
     lookup = LOWERED.get_or_compile(key, lower_now, {"kind": "stablehlo", "region": name})
