@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 
 import torch
 import torch.fx as fx
@@ -52,9 +53,7 @@ def region_key(gm: fx.GraphModule) -> str:
             val = node.meta.get("val")
             h.update((_tensor_signature(val) if isinstance(val, torch.Tensor) else repr(val)).encode())
         elif node.op == "get_attr":
-            value = gm
-            for part in str(node.target).split("."):
-                value = getattr(value, part)
+            value = operator.attrgetter(node.target)(gm)
             if isinstance(value, torch.Tensor):
                 host = value.detach().to("cpu").contiguous()
                 h.update(_tensor_signature(value).encode())

@@ -98,8 +98,8 @@ def partition(gm: fx.GraphModule, *, enabled: bool = True,
     for name, sub in outer.named_children():
         if name.startswith(REGION_PREFIX) and isinstance(sub, fx.GraphModule):
             placement.regions[name] = [_describe(n) for n in _compute_nodes(sub)]
-    for n in _compute_nodes(outer):
-        (placement.library if enabled and library and is_library_node(n) else placement.eager).append(_describe(n))
+    for n in _compute_nodes(outer):  # (a whole-graph region leaves none outside)
+        (placement.library if library and is_library_node(n) else placement.eager).append(_describe(n))
     return outer, placement
 
 
