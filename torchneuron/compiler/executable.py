@@ -74,10 +74,11 @@ def boundary_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 class IreeCompileError(RuntimeError):
-    def __init__(self, message: str, log: str, seconds: float = 0.0):
+    def __init__(self, message: str, log: str, seconds: float = 0.0, killed: bool = False):
         super().__init__(message)
         self.log = log
         self.seconds = seconds
+        self.killed = killed  # the compiler died of a signal (e.g. out of memory): may not recur
 
 
 @dataclass
@@ -104,7 +105,7 @@ def compile_stablehlo(text: str, flags: tuple[str, ...]) -> CompileResult:
         try:
             result = _run_compiler(text, plain)
         except IreeCompileError as err:
-            raise IreeCompileError(str(err), note + err.log) from None
+            raise IreeCompileError(str(err), note + err.log, killed=err.killed) from None
         return CompileResult(result.vmfb, note + result.log, result.seconds + tiled_err.seconds)
 
 
@@ -122,7 +123,10 @@ def _run_compiler(text: str, flags: tuple[str, ...]) -> CompileResult:
     log += f"\n[exit {proc.returncode}, {seconds:.3f} s]\n"
     if proc.returncode != 0:
         first = next((ln for ln in proc.stderr.decode(errors="replace").splitlines() if "error" in ln), "")
-        raise IreeCompileError(f"IREE compilation failed: {first.strip()}", log, seconds)
+        if proc.returncode < 0:
+            first = f"the compiler was killed by signal {-proc.returncode}"
+        raise IreeCompileError(f"IREE compilation failed: {first.strip()}", log, seconds,
+                               killed=proc.returncode < 0)
     return CompileResult(proc.stdout, log, seconds)
 
 
@@ -167,44 +171,67 @@ def _runtime(driver: str) -> _Runtime:
     return _Runtime(driver)
 
 
-class _Loaded:
-    """A module loaded into one runtime (driver): its VM context and entry function."""
+class _Context:
+    """A program loaded into one runtime (driver): its module in a VM context."""
 
-    def __init__(self, rt: _Runtime, vmfb: bytes, function: str, name: str):
+    def __init__(self, rt: _Runtime, vmfb: bytes):
         ir = rt.ir
         self.rt = rt
-        module = ir.VmModule.copy_buffer(rt.instance, vmfb)
-        self.context = ir.VmContext(rt.instance, modules=[ir.create_hal_module(rt.instance, rt.device), module])
-        self.function = module.lookup_function(function)
+        self.module = ir.VmModule.copy_buffer(rt.instance, vmfb)
+        self.context = ir.VmContext(rt.instance, modules=[ir.create_hal_module(rt.instance, rt.device), self.module])
+
+
+# With TORCHNEURON_IREE_DRIVER=auto (the default) a program is loaded into both drivers and each
+# function's first calls alternate between them; after _TIMED_CALLS timed calls on each (the first
+# call of each is not timed: IREE loads the code lazily) the driver with the lower median keeps
+# that function. Measured on ResNet-18 (bench/compile.py --only resnet): its many small regions
+# (batch norm, ReLU, additions between library convolutions) run faster on the calling thread
+# (`local-sync`, inference 30.7 against 48.3 ms), the LM's large matmuls on IREE's worker threads
+# (`local-task`). Both drivers run the same compiled code: the results are the same whichever is
+# chosen.
+_AUTO_DRIVERS = ("local-task", "local-sync")
+_TIMED_CALLS = 3
+
+
+class Program:
+    """A ``.vmfb`` loaded for execution: one VM context per driver, shared by its functions
+    (a program linked from many regions holds one function per region, ``linker.py``)."""
+
+    def __init__(self, vmfb: bytes, name: str = "program"):
+        driver = settings.runtime_driver()
+        drivers = _AUTO_DRIVERS if driver == "auto" else (driver,)
+        self.name = name
+        self.contexts = [_Context(_runtime(d), vmfb) for d in drivers]
+        self.lock = threading.Lock()  # a VM context is not re-entrant
+
+
+class _Loaded:
+    """One function of a program in one driver's context, with its timed calls."""
+
+    def __init__(self, ctx: _Context, function: str, name: str):
+        self.rt = ctx.rt
+        self.context = ctx.context
+        self.function = ctx.module.lookup_function(function)
         if self.function is None:
             raise RuntimeError(f"executable {name} has no function {function!r}")
         self.seconds: list[float] = []  # timed calls while the driver is being chosen
 
 
-# With TORCHNEURON_IREE_DRIVER=auto (the default) an executable is loaded into both drivers and its
-# first calls alternate between them; after _TIMED_CALLS timed calls on each (the first call of
-# each is not timed: IREE loads the code lazily) the driver with the lower median keeps it.
-# Measured on ResNet-18 (bench/compile.py --only resnet): its many small regions (batch norm,
-# ReLU, additions between library convolutions) run faster on the calling thread (`local-sync`,
-# inference 30.7 against 48.3 ms), the LM's large matmuls on IREE's worker threads (`local-task`).
-# Both drivers run the same compiled code: the results are the same whichever is chosen.
-_AUTO_DRIVERS = ("local-task", "local-sync")
-_TIMED_CALLS = 3
-
-
 class Executable:
-    """A loaded ``.vmfb``: call it with device tensors, get device tensors back."""
+    """One function of a loaded program: call it with device tensors, get device tensors back.
+    ``program`` may be the ``.vmfb`` itself (a program of its own)."""
 
-    def __init__(self, vmfb: bytes, in_dtypes: list[torch.dtype], out_dtypes: list[torch.dtype],
+    def __init__(self, program: Program | bytes, in_dtypes: list[torch.dtype], out_dtypes: list[torch.dtype],
                  name: str = "region", function: str = "main"):
-        driver = settings.runtime_driver()
-        drivers = _AUTO_DRIVERS if driver == "auto" else (driver,)
+        if not isinstance(program, Program):
+            program = Program(program, name)
         self.name = name
-        self._candidates = [_Loaded(_runtime(d), vmfb, function, name) for d in drivers]
+        self.program = program
+        self._candidates = [_Loaded(ctx, function, name) for ctx in program.contexts]
         self._calls = 0
         self._in_cast = [boundary_dtype(d) if boundary_dtype(d) != d else None for d in in_dtypes]
         self._out_dtypes = list(out_dtypes)
-        self._lock = threading.Lock()  # one VM context is not re-entrant
+        self._lock = program.lock
 
     @property
     def driver(self) -> str | None:

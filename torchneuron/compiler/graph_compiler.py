@@ -1,15 +1,17 @@
 """Compiling one AOTAutograd graph (forward, backward or inference) for the device.
 
 The graph is partitioned (``partition.py``); each ``fused_<n>`` region is lowered to
-StableHLO (``lowering.py``), compiled or fetched from the cache (``cache.py``) and replaced in
-the outer graph by a :class:`CompiledRegion` that runs the executable on device memory
-(``executable.py``). The outer graph — region calls plus the nodes that did not lower — is an
+StableHLO (``lowering.py``); the regions are linked into one module, one function per region
+(``linker.py``), compiled or fetched from the cache (``cache.py``) as one program, and each is
+replaced in the outer graph by a :class:`CompiledRegion` that runs its function on device
+memory (``executable.py``). The outer graph — region calls plus the nodes that did not lower — is an
 ordinary ``GraphModule`` whose eager nodes run on the device's kernels.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import operator
 import time
 import warnings
@@ -18,18 +20,20 @@ import torch
 import torch.fx as fx
 
 from ..runtime import activity, state
-from . import metrics
+from . import metrics, settings
 from .cache import CACHE, cache_key
 from .dump import GraphDump
 from .errors import NeuronCompilationError
 from .executable import (
     Executable,
     IreeCompileError,
+    Program,
     compile_flags,
     compile_stablehlo,
     compiler_version,
 )
-from .lowering import LoweringError, first_failing_node, source_location
+from .linker import LinkError, link
+from .lowering import Lowered, LoweringError, first_failing_node, source_location
 from .lowering_cache import lower_region
 from .partition import REGION_PREFIX, partition, split_by_names
 from .passes import (
@@ -46,20 +50,25 @@ from .settings import CompileOptions
 _graph_ids = itertools.count()
 
 
-class CompiledRegion(torch.nn.Module):
-    """A fused region of the graph, executed as one compiled executable."""
+class PreparedRegion:
+    """A region's graph rewritten for the executable boundary and lowered to StableHLO.
+
+    ``lowered`` is None when the region returns nothing the executable must compute (its
+    outputs are all inputs or views of them, restored by ``recipe``)."""
 
     def __init__(self, name: str, sub: fx.GraphModule, record: metrics.GraphRecord, dump: GraphDump):
-        super().__init__()
-        self.region = name
+        self.name = name
         t0 = time.perf_counter()
-        self._recipe = split_outputs(sub)
-        self._kept = drop_unused_placeholders(sub)
+        self.recipe = split_outputs(sub)
+        self.kept = drop_unused_placeholders(sub)
         bool_inputs_as_bytes(sub)
         in_vals, out_vals = placeholder_vals(sub), output_vals(sub)
+        self.in_dtypes = [v.dtype for v in in_vals]
+        self.out_dtypes = [v.dtype for v in out_vals]
         record.pass_seconds += time.perf_counter() - t0
         dump.graph(f"{name}.fx.txt", sub)
-        self.executable: Executable | None = None
+        self.lowered: Lowered | None = None
+        self.flags: tuple[str, ...] = ()
         if not out_vals:
             return
         t0 = time.perf_counter()
@@ -78,85 +87,179 @@ class CompiledRegion(torch.nn.Module):
             record.lowering_hits += 1
             metrics.count("lowering_cache_hits")
         dump.write(f"{name}.stablehlo.mlir", lowered.text_with_locations)
-        flags = compile_flags(lowered.text)
-        target = state.target().name
-        key = cache_key(lowered.text, compiler_version(), flags, target)
-        log: list[str] = []
+        self.lowered = lowered
+        self.flags = compile_flags(lowered.text)
 
-        def compile_now() -> bytes:
-            t_start = time.perf_counter_ns()
-            try:
-                # the text with locations: compiler diagnostics then name the user's source line
-                result = compile_stablehlo(lowered.text_with_locations, flags)
-                if activity.RECORDER is not None:
-                    activity.RECORDER.record("compile", name, (), None, t_start, time.perf_counter_ns())
-            except IreeCompileError as err:
-                dump.write(f"{name}.compile.log", err.log)
-                raise NeuronCompilationError(
-                    f"region {name} of graph {record.graph_id}: {err}",
-                    location=_first_location(err.log),
-                    dump_dir=str(dump) or None,
-                ) from err
-            log.append(result.log)
-            record.compile_seconds += result.seconds
-            metrics.count("compile_seconds", result.seconds)
-            return result.vmfb
 
-        meta = {"compiler": compiler_version(), "flags": list(flags), "target": target,
-                "graph": record.graph_id, "region": name, "model": record.model}
-        lookup = CACHE.get_or_compile(key, compile_now, meta)
-        if lookup.source == "compiled":
-            record.cache_misses += 1
-            metrics.count("cache_misses")
-        else:
-            record.cache_hits += 1
-            metrics.count("cache_hits")
-            log.append(f"cache hit ({lookup.source}), key {key}\n")
-        dump.write(f"{name}.compile.log", "".join(log))
-        dump.write(f"{name}.vmfb", lookup.payload)
-        self.key = key
-        self.executable = Executable(
-            lookup.payload,
-            [v.dtype for v in in_vals],
-            [v.dtype for v in out_vals],
-            name=f"{record.graph_id}/{name}",
-        )
+class CompiledRegion(torch.nn.Module):
+    """A fused region of the graph, executed as one function of a compiled program."""
+
+    def __init__(self, prepared: PreparedRegion, executable: Executable | None):
+        super().__init__()
+        self.region = prepared.name
+        self._recipe = prepared.recipe
+        self._kept = prepared.kept
+        self.executable = executable
 
     def forward(self, *args):
         computed = self.executable(*[args[i] for i in self._kept]) if self.executable else []
         return self._recipe.restore(args, computed)
 
 
+# A linked program that IREE rejects is remembered in the cache as this marker plus the error, so
+# that a warm start goes straight to the smaller programs that did compile (see _link_or_bisect).
+_FAILED = b"torchneuron: compilation failed\n"
+
+
+def _program(label: str, what: str, text: str, text_with_locations: str, flags: tuple[str, ...],
+             record: metrics.GraphRecord, dump: GraphDump, remember_failure: bool = False) -> bytes:
+    """The ``.vmfb`` of a StableHLO module, from the cache or compiled now. ``label`` names the
+    dump files, ``what`` the program in errors."""
+    target = state.target().name
+    key = cache_key(text, compiler_version(), flags, target)
+    log: list[str] = []
+    meta = {"compiler": compiler_version(), "flags": list(flags), "target": target,
+            "graph": record.graph_id, "region": label, "model": record.model}
+
+    def failure(message: str, compile_log: str) -> NeuronCompilationError:
+        dump.write(f"{label}.compile.log", compile_log)
+        return NeuronCompilationError(f"{what} of graph {record.graph_id}: {message}",
+                                      location=_first_location(compile_log), dump_dir=str(dump) or None)
+
+    def compile_now() -> bytes:
+        t_start = time.perf_counter_ns()
+        try:
+            # the text with locations: compiler diagnostics then name the user's source line
+            result = compile_stablehlo(text_with_locations, flags)
+        except IreeCompileError as err:
+            record.compile_seconds += err.seconds
+            if remember_failure and not err.killed:
+                meta["failed"] = str(err)
+                return _FAILED + json.dumps({"error": str(err), "log": err.log}).encode()
+            raise failure(str(err), err.log) from err
+        if activity.RECORDER is not None:
+            activity.RECORDER.record("compile", label, (), None, t_start, time.perf_counter_ns())
+        log.append(result.log)
+        record.compile_seconds += result.seconds
+        metrics.count("compile_seconds", result.seconds)
+        return result.vmfb
+
+    lookup = CACHE.get_or_compile(key, compile_now, meta)
+    if lookup.source == "compiled":
+        record.cache_misses += 1
+        metrics.count("cache_misses")
+    else:
+        record.cache_hits += 1
+        metrics.count("cache_hits")
+        log.append(f"cache hit ({lookup.source}), key {key}\n")
+    if lookup.payload.startswith(_FAILED):
+        remembered = json.loads(lookup.payload[len(_FAILED):])
+        raise failure(remembered["error"], "".join(log) + remembered["log"])
+    dump.write(f"{label}.compile.log", "".join(log))
+    dump.write(f"{label}.vmfb", lookup.payload)
+    record.programs += 1
+    return lookup.payload
+
+
+def _alone(prepared: PreparedRegion, record: metrics.GraphRecord, dump: GraphDump) -> CompiledRegion:
+    """The region compiled as a program of its own."""
+    if prepared.lowered is None:
+        return CompiledRegion(prepared, None)
+    name = prepared.name
+    vmfb = _program(name, f"region {name}", prepared.lowered.text, prepared.lowered.text_with_locations,
+                    prepared.flags, record, dump)
+    return CompiledRegion(prepared, Executable(vmfb, prepared.in_dtypes, prepared.out_dtypes,
+                                               name=f"{record.graph_id}/{name}"))
+
+
 _MAX_SPLIT_DEPTH = 10
 
 
 def _compile_or_split(name: str, sub: fx.GraphModule, record: metrics.GraphRecord, dump: GraphDump,
-                      depth: int = 0) -> torch.nn.Module:
+                      depth: int = 0, prepared: PreparedRegion | None = None) -> torch.nn.Module:
     """A compiled region; if the region fails to lower or compile as a whole although each of
     its nodes lowers on its own (torch-mlir and IREE have combination bugs, and IREE rejects
     some ops only after lowering), its nodes are split in two halves, each compiled (or split
     again) on its own; what still fails runs eagerly on the device, as a plain graph."""
     try:
-        # on a copy: CompiledRegion rewrites its graph's inputs and outputs before lowering
-        return CompiledRegion(name, _copy(sub), record, dump)
+        # on a copy: PreparedRegion rewrites its graph's inputs and outputs before lowering
+        return _alone(prepared or PreparedRegion(name, _copy(sub), record, dump), record, dump)
     except NeuronCompilationError as err:
-        nodes = [n for n in sub.graph.nodes if n.op == "call_function" and n.target is not operator.getitem]
-        record.split_regions += 1
-        dump.write(f"{name}.split.log", f"{err}\n")
-        if len(nodes) <= 1 or depth >= _MAX_SPLIT_DEPTH:
-            record.eager_after_split += len(nodes)
-            metrics.count("eager_after_split", len(nodes))
-            return sub
-        half = len(nodes) // 2
-        work = _copy(sub)
-        for part in (range(half), range(half, len(nodes))):
-            names = {nodes[i].name for i in part}
-            work = split_by_names(work, names, prefix=f"{REGION_PREFIX}h{part.start}_")
-        for child, mod in list(work.named_children()):
-            if child.startswith(REGION_PREFIX) and isinstance(mod, fx.GraphModule):
-                setattr(work, child, _compile_or_split(f"{name}.{child}", mod, record, dump, depth + 1))
-        work.recompile()
-        return work
+        return _split(name, sub, record, dump, err, depth)
+
+
+def _split(name: str, sub: fx.GraphModule, record: metrics.GraphRecord, dump: GraphDump,
+           err: NeuronCompilationError, depth: int) -> torch.nn.Module:
+    nodes = [n for n in sub.graph.nodes if n.op == "call_function" and n.target is not operator.getitem]
+    record.split_regions += 1
+    dump.write(f"{name}.split.log", f"{err}\n")
+    if len(nodes) <= 1 or depth >= _MAX_SPLIT_DEPTH:
+        record.eager_after_split += len(nodes)
+        metrics.count("eager_after_split", len(nodes))
+        return sub
+    half = len(nodes) // 2
+    work = _copy(sub)
+    for part in (range(half), range(half, len(nodes))):
+        names = {nodes[i].name for i in part}
+        work = split_by_names(work, names, prefix=f"{REGION_PREFIX}h{part.start}_")
+    for child, mod in list(work.named_children()):
+        if child.startswith(REGION_PREFIX) and isinstance(mod, fx.GraphModule):
+            setattr(work, child, _compile_or_split(f"{name}.{child}", mod, record, dump, depth + 1))
+    work.recompile()
+    return work
+
+
+def _compile_regions(regions: list[tuple[str, fx.GraphModule]], record: metrics.GraphRecord,
+                     dump: GraphDump) -> dict[str, torch.nn.Module]:
+    """Each region compiled, the regions that share compiler flags linked into one program;
+    a region that fails on its own is split (``_compile_or_split``)."""
+    out: dict[str, torch.nn.Module] = {}
+    groups: dict[tuple[str, ...], list[tuple[fx.GraphModule, PreparedRegion]]] = {}
+    for name, sub in regions:
+        try:
+            prepared = PreparedRegion(name, _copy(sub), record, dump)
+        except NeuronCompilationError as err:
+            out[name] = _split(name, sub, record, dump, err, 0)
+            continue
+        if prepared.lowered is None:
+            out[name] = CompiledRegion(prepared, None)
+        else:
+            groups.setdefault(prepared.flags, []).append((sub, prepared))
+    labels = itertools.count()
+    for members in groups.values():
+        out.update(_link_or_bisect(members, record, dump, labels))
+    return out
+
+
+def _link_or_bisect(members: list[tuple[fx.GraphModule, PreparedRegion]], record: metrics.GraphRecord,
+                    dump: GraphDump, labels: itertools.count) -> dict[str, torch.nn.Module]:
+    """The regions linked into one program (``linker.py``), one function per distinct region.
+    If IREE rejects the linked program, each half is linked on its own, down to single regions."""
+    if len(members) == 1 or not settings.link_regions():
+        return {p.name: _compile_or_split(p.name, sub, record, dump, prepared=p) for sub, p in members}
+    functions: dict[str, tuple[str, str]] = {}  # StableHLO without locations -> (function, with locations)
+    for _, p in members:
+        functions.setdefault(p.lowered.text, (p.name, p.lowered.text_with_locations))
+    label = f"program{next(labels)}"
+    names = [p.name for _, p in members]
+    try:
+        text = link([(function, plain) for plain, (function, _) in functions.items()])
+        text_with_locations = link(list(functions.values()))
+        dump.write(f"{label}.stablehlo.mlir", text_with_locations)
+        vmfb = _program(label, f"program {label} (regions {', '.join(names)})", text, text_with_locations,
+                        members[0][1].flags, record, dump, remember_failure=True)
+    except (NeuronCompilationError, LinkError) as err:
+        dump.write(f"{label}.split.log", f"{err}\n")
+        half = len(members) // 2
+        return {**_link_or_bisect(members[:half], record, dump, labels),
+                **_link_or_bisect(members[half:], record, dump, labels)}
+    program = Program(vmfb, f"{record.graph_id}/{label}")
+    dump.write(f"{label}.functions.txt",
+               "".join(f"{p.name}: @{functions[p.lowered.text][0]}\n" for _, p in members))
+    return {p.name: CompiledRegion(p, Executable(program, p.in_dtypes, p.out_dtypes,
+                                                 name=f"{record.graph_id}/{p.name}",
+                                                 function=functions[p.lowered.text][0]))
+            for _, p in members}
 
 
 def _first_location(log: str) -> str | None:
@@ -187,11 +290,14 @@ def compile_graph(gm: fx.GraphModule, kind: str, options: CompileOptions):
         wrap_negative_indices(work)
         outer, placement = partition(work, enabled=options.partition, library=options.library_convolutions)
         record.pass_seconds += time.perf_counter() - t0
-        for name, sub in list(outer.named_children()):
-            if name.startswith(REGION_PREFIX) and isinstance(sub, fx.GraphModule):
-                region = _compile_or_split(name, sub, record, dump) if options.partition \
-                    else CompiledRegion(name, sub, record, dump)
-                setattr(outer, name, region)
+        regions = [(name, sub) for name, sub in outer.named_children()
+                   if name.startswith(REGION_PREFIX) and isinstance(sub, fx.GraphModule)]
+        if options.partition:
+            compiled = _compile_regions(regions, record, dump)
+        else:  # one whole-graph region, whose failure is the graph's
+            compiled = {name: _alone(PreparedRegion(name, sub, record, dump), record, dump) for name, sub in regions}
+        for name, module in compiled.items():
+            setattr(outer, name, module)
     except Exception as err:
         if not options.fallback:
             if isinstance(err, NeuronCompilationError):

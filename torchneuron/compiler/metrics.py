@@ -19,6 +19,7 @@ class GraphRecord:
     eager_nodes: int = 0  # outside the compiled regions: not lowerable, random, or a lone node
     library_nodes: int = 0  # outside the compiled regions: library kernels (library.py)
     regions: int = 0
+    programs: int = 0  # executables the regions were compiled into (linker.py links many into one)
     pass_seconds: float = 0.0
     lowering_seconds: float = 0.0
     compile_seconds: float = 0.0

@@ -33,6 +33,12 @@ def data_tiling() -> bool:
     return os.environ.get("TORCHNEURON_DATA_TILING", "1") not in ("0", "false", "False", "off")
 
 
+def link_regions() -> bool:
+    """Whether a graph's compiled regions are linked into one program (``linker.py``;
+    ``TORCHNEURON_LINK_REGIONS=0`` compiles a program per region)."""
+    return os.environ.get("TORCHNEURON_LINK_REGIONS", "1") not in ("0", "false", "False", "off")
+
+
 def dump_dir() -> Path | None:
     d = os.environ.get("TORCHNEURON_DUMP_DIR")
     return Path(d) if d else None
