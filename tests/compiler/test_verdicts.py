@@ -131,3 +131,40 @@ def test_a_compiled_graph_leaves_its_verdicts_on_disk(monkeypatch):
     f(torch.randn(8, device=DEVICE))
     data = json.loads(verdicts.path().read_text())
     assert any("relu" in k for k in data)
+
+
+def _mixed_graph() -> fx.GraphModule:
+    """Many distinct node signatures, two of which torch-mlir does not lower (a custom op)."""
+    from test_partition import soft_clip
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x):
+        outs = []
+        for n in range(2, 14):
+            y = x[:n].relu() * 2.0 + 1.0
+            outs.append(soft_clip(y, 1.5) if n in (5, 11) else y.exp())
+        return outs
+
+    return make_fx(f, tracing_mode="fake")(torch.randn(16, 8))
+
+
+def test_batched_probes_give_the_verdicts_of_single_probes(monkeypatch):
+    gm = _mixed_graph()
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
+    _new_process(monkeypatch)
+    alone = {n.name: lowering.node_lowers(n) for n in nodes}
+    assert sum(not ok for ok in alone.values()) == 2  # the two custom-op nodes
+
+    _new_process(monkeypatch)
+    real, lowerings = lowering.lower, []
+
+    def counted(gm, *args, **kwargs):
+        lowerings.append(sum(1 for n in gm.graph.nodes if n.op == "call_function"))
+        return real(gm, *args, **kwargs)
+
+    monkeypatch.setattr(lowering, "lower", counted)
+    lowering.probe_nodes(nodes)
+    probes = len(lowerings)
+    batched = {n.name: lowering.node_lowers(n) for n in nodes}  # answered from the cache
+    assert batched == alone
+    assert len(lowerings) == probes < len(nodes) // 2

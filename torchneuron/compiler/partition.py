@@ -20,7 +20,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from . import verdicts
 from .library import is_library_node
-from .lowering import node_lowers
+from .lowering import node_lowers, probe_nodes
 from .passes import is_random
 
 REGION_PREFIX = "fused_"
@@ -33,17 +33,16 @@ class LoweringSupport(OperatorSupportBase):
     def __init__(self, library: bool = True):
         self.library = library
 
+    def candidate(self, node: fx.Node) -> bool:
+        """A node whose support is decided by whether it lowers."""
+        return node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
+            and not is_random(node) and not (self.library and is_library_node(node))
+
     def is_node_supported(self, submodules, node: fx.Node) -> bool:
-        if node.op != "call_function":
-            return False
-        if node.target is operator.getitem:
+        if node.op == "call_function" and node.target is operator.getitem:
             src = node.args[0]
             return isinstance(src, fx.Node) and self.is_node_supported(submodules, src)
-        if not isinstance(node.target, torch._ops.OpOverload) or is_random(node):
-            return False
-        if self.library and is_library_node(node):
-            return False
-        return node_lowers(node)
+        return self.candidate(node) and node_lowers(node)
 
 
 @dataclass
@@ -89,8 +88,9 @@ def partition(gm: fx.GraphModule, *, enabled: bool = True,
     if not enabled:
         outer = _whole_graph_region(gm)
     else:
-        partitioner = CapabilityBasedPartitioner(gm, LoweringSupport(library),
-                                                 allows_single_node_partition=False)
+        support = LoweringSupport(library)
+        probe_nodes([n for n in gm.graph.nodes if support.candidate(n)])  # in batches, before the partitioner asks
+        partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=False)
         partitions = partitioner.propose_partitions()
         verdicts.flush()  # the probes' verdicts, for later processes
         outer = partitioner.fuse_partitions(partitions, prefix=REGION_PREFIX)
