@@ -130,3 +130,23 @@ def test_a_rejected_program_is_bisected_and_the_rejection_remembered(tmp_path, m
     out = torch.compile(_three_regions, backend="neuron")(x.to(DEVICE))
     torch.testing.assert_close(out.cpu(), _three_regions(x), rtol=1e-5, atol=1e-5)
     assert calls == [] and _graph()["programs"] == programs
+
+
+def test_a_linked_program_that_fails_to_load_is_bisected(monkeypatch):
+    """IREE checks some limits only when a module's initialisers run (e.g. a dispatch with more
+    than 32 bindings): a linked program that cannot be loaded is split like a rejected one."""
+    from torchneuron.compiler import graph_compiler
+
+    real = graph_compiler.Program
+
+    def refuse_linked(vmfb, name):
+        if "/program" in name:
+            raise IndexError("binding count 41 > 32 (test)")
+        return real(vmfb, name)
+
+    monkeypatch.setattr(graph_compiler, "Program", refuse_linked)
+    x = torch.randn(8, 16)
+    out = torch.compile(_three_regions, backend="neuron")(x.to(DEVICE))
+    torch.testing.assert_close(out.cpu(), _three_regions(x), rtol=1e-5, atol=1e-5)
+    graph = _graph()
+    assert graph["regions"] == 3 and graph["programs"] == 3

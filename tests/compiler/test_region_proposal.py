@@ -98,3 +98,27 @@ def test_a_fully_supported_graph_is_one_region():
     gm = _chain_graph()
     (group,) = propose_regions(gm, lambda n: n.op == "call_function")
     assert len(group) == 5
+
+
+def test_a_multi_output_node_stays_with_its_getitems():
+    """var_mean's two results feed regions of two levels: the node and both getitems must stay in
+    one region (a region boundary passes tensors, not the tuple)."""
+    g = fx.Graph()
+    x = g.placeholder("x")
+    s = g.call_function(torch.relu, (x,))
+    s2 = g.call_function(torch.exp, (s,))
+    u = g.call_function(torch.sub, (s2, x))  # outside: what follows it is a level higher
+    vm = g.call_function(torch.var_mean, (x,))
+    v = g.call_function(operator.getitem, (vm, 0))
+    m = g.call_function(operator.getitem, (vm, 1))
+    a = g.call_function(torch.add, (v, u))
+    a2 = g.call_function(torch.mul, (a, a))
+    b = g.call_function(torch.mul, (m, s2))
+    g.output((a2, b))
+    gm = fx.GraphModule(torch.nn.Module(), g)
+    regions = propose_regions(gm, lambda n: n.op == "call_function" and n.target is not torch.sub)
+    where = {n: k for k, group in enumerate(regions) for n in group}
+    assert where[v] == where[vm] == where[m]
+    assert _contracted_is_acyclic(gm, regions)
+    t = torch.randn(5)
+    torch.testing.assert_close(fuse_by_partitions(gm, regions)(t), gm(t))

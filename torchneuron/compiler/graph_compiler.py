@@ -157,7 +157,6 @@ def _program(label: str, what: str, text: str, text_with_locations: str, flags: 
         raise failure(remembered["error"], "".join(log) + remembered["log"])
     dump.write(f"{label}.compile.log", "".join(log))
     dump.write(f"{label}.vmfb", lookup.payload)
-    record.programs += 1
     return lookup.payload
 
 
@@ -168,8 +167,22 @@ def _alone(prepared: PreparedRegion, record: metrics.GraphRecord, dump: GraphDum
     name = prepared.name
     vmfb = _program(name, f"region {name}", prepared.lowered.text, prepared.lowered.text_with_locations,
                     prepared.flags, record, dump)
-    return CompiledRegion(prepared, Executable(vmfb, prepared.in_dtypes, prepared.out_dtypes,
+    program = _load(vmfb, f"{record.graph_id}/{name}", f"region {name}", record, dump)
+    return CompiledRegion(prepared, Executable(program, prepared.in_dtypes, prepared.out_dtypes,
                                                name=f"{record.graph_id}/{name}"))
+
+
+def _load(vmfb: bytes, name: str, what: str, record: metrics.GraphRecord, dump: GraphDump) -> Program:
+    """The program loaded into the runtime. IREE checks some limits only when the module's
+    initialisers run (a dispatch of a linked DenseNet-161 backward program had 41 bindings,
+    more than the HAL's 32): such a program is treated like one that failed to compile."""
+    try:
+        program = Program(vmfb, name)
+    except Exception as err:  # noqa: BLE001 - IREE reports load failures with several types
+        raise NeuronCompilationError(f"{what} of graph {record.graph_id} could not be loaded: "
+                                     f"{type(err).__name__}: {err}", dump_dir=str(dump) or None) from err
+    record.programs += 1
+    return program
 
 
 _MAX_SPLIT_DEPTH = 10
@@ -246,14 +259,15 @@ def _link_or_bisect(members: list[tuple[fx.GraphModule, PreparedRegion]], record
         text = link([(function, plain) for plain, (function, _) in functions.items()])
         text_with_locations = link(list(functions.values()))
         dump.write(f"{label}.stablehlo.mlir", text_with_locations)
-        vmfb = _program(label, f"program {label} (regions {', '.join(names)})", text, text_with_locations,
-                        members[0][1].flags, record, dump, remember_failure=True)
+        what = f"program {label} (regions {', '.join(names)})"
+        vmfb = _program(label, what, text, text_with_locations, members[0][1].flags, record, dump,
+                        remember_failure=True)
+        program = _load(vmfb, f"{record.graph_id}/{label}", what, record, dump)
     except (NeuronCompilationError, LinkError) as err:
         dump.write(f"{label}.split.log", f"{err}\n")
         half = len(members) // 2
         return {**_link_or_bisect(members[:half], record, dump, labels),
                 **_link_or_bisect(members[half:], record, dump, labels)}
-    program = Program(vmfb, f"{record.graph_id}/{label}")
     dump.write(f"{label}.functions.txt",
                "".join(f"{p.name}: @{functions[p.lowered.text][0]}\n" for _, p in members))
     return {p.name: CompiledRegion(p, Executable(program, p.in_dtypes, p.out_dtypes,

@@ -114,8 +114,8 @@ def propose_regions(gm: fx.GraphModule, supported: Callable[[fx.Node], bool]) ->
     outside the regions has the greatest level of its inputs; a supported node the greatest
     level of its supported inputs and one more than the greatest of its other inputs. Then, in
     reverse order, a supported node rises to the lowest level of its users (graph outputs
-    aside) if that is higher, so that what only feeds a region (a parameter's reshape, a running
-    statistic's update) joins it. A region is the set of supported nodes of one level. No edge
+    aside; the users of its ``getitem`` nodes, which stay with it) if that is higher, so that
+    what only feeds a region (a parameter's reshape, a running statistic's update) joins it. A region is the set of supported nodes of one level. No edge
     lowers the level and every edge into a region from outside it raises it (an edge between
     supported nodes of two levels, or from an outside node), so a cycle through a fused region
     would end at a higher level than it started at: the fused graph has no cycle. Regions of
@@ -131,10 +131,15 @@ def propose_regions(gm: fx.GraphModule, supported: Callable[[fx.Node], bool]) ->
         else:
             level[n] = max((level[i] for i in n.all_input_nodes), default=0)
     for n in reversed(nodes):  # supported nodes rise as far as their users allow (into their region)
-        if n in ok:
-            caps = [level[w] for w in n.users if w.op != "output"]
+        if n in ok and n.target is not operator.getitem:
+            # a multi-output node and its getitems move together: a region passes tensors, not tuples
+            users = [u for w in n.users for u in (w.users if w.target is operator.getitem else (w,))]
+            caps = [level[w] for w in users if w.op != "output"]
             if caps:
                 level[n] = max(level[n], min(caps))
+            for w in n.users:
+                if w.target is operator.getitem:
+                    level[w] = level[n]
     regions: dict[int, dict[fx.Node, None]] = {}
     for n in nodes:
         if n in ok:
