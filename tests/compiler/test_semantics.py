@@ -153,3 +153,20 @@ def test_negative_advanced_indices_wrap_like_pytorch():
         for r, g in zip(ref if isinstance(ref, tuple) else (ref,), got if isinstance(got, tuple) else (got,),
                         strict=True):
             assert torch.equal(g.cpu(), r)
+
+
+def test_open_ended_slices_compile_with_a_clamped_end():
+    """``x[:, 8:]`` is ``slice(x, 1, 8, 2**63 - 1)`` and its backward a ``slice_scatter`` with that
+    end, which torch-mlir could not lower without growing past 20 GB: the end is clamped to the
+    dimension and both compile."""
+
+    def f(x):
+        return (x[:, 8:] * 2.0).sin().sum()
+
+    x = torch.randn(4, 16, requires_grad=True)
+    xd = x.detach().to(DEVICE).requires_grad_()
+    torch.compile(f, backend="neuron")(xd).backward()
+    f(x).backward()
+    torch.testing.assert_close(xd.grad.cpu(), x.grad, rtol=1e-5, atol=1e-5)
+    for graph in get_metrics()["graphs"].values():
+        assert "eager" not in graph["placement"].values(), graph["placement"]

@@ -38,6 +38,7 @@ from .lowering_cache import lower_region
 from .partition import REGION_PREFIX, partition, split_by_names
 from .passes import (
     bool_inputs_as_bytes,
+    clamp_slice_ends,
     drop_unused_placeholders,
     fill_default_strides,
     output_vals,
@@ -302,6 +303,7 @@ def compile_graph(gm: fx.GraphModule, kind: str, options: CompileOptions):
         work = _copy(gm)
         fill_default_strides(work)
         wrap_negative_indices(work)
+        clamp_slice_ends(work)
         outer, placement = partition(work, enabled=options.partition, library=options.library_convolutions)
         record.pass_seconds += time.perf_counter() - t0
         regions = [(name, sub) for name, sub in outer.named_children()

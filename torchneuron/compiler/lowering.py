@@ -271,21 +271,18 @@ def node_lowers(node: fx.Node) -> bool:
     key = _key(node)
     hit = _known(key)
     if hit is None:
-        try:
-            lower(single_node_graph(node), name="probe")
-            hit = True
-        except Exception:  # noqa: BLE001 - any failure means "not supported"
-            hit = False
-        _remember(key, hit)
-    return hit
+        _probe_batch([(key, node)])
+        hit = _known(key)
+    return bool(hit)
 
 
 # Probing nodes together: one torch-mlir import of a graph of up to PROBE_BATCH independent nodes
 # costs far less than one import per node (DenseNet-121's inference graph, 2251 nodes, fresh
 # verdicts: ~10 ms per single-node probe). A batch that does not lower is halved until the
-# halves lower or are small enough to be probed node by node.
+# halves lower or single nodes are left. Probes run in a forked child with the lowering's memory
+# and time budget (``lower(isolate=True)``): a single node of Falcon's backward graph made
+# torch-mlir grow past 20 GB in-process; a fork per batch costs ~0.2 s.
 PROBE_BATCH = 64
-_PROBE_ALONE = 4
 
 
 def probe_nodes(nodes: list[fx.Node]) -> None:
@@ -303,13 +300,12 @@ def probe_nodes(nodes: list[fx.Node]) -> None:
 
 
 def _probe_batch(batch: list[tuple[tuple, fx.Node]]) -> None:
-    if len(batch) <= _PROBE_ALONE:
-        for _, node in batch:
-            node_lowers(node)
-        return
     try:
-        lower(probe_graph([node for _, node in batch]), name="probe")
+        lower(probe_graph([node for _, node in batch]), name="probe", isolate=True)
     except Exception:  # noqa: BLE001 - some node in the batch does not lower
+        if len(batch) == 1:
+            _remember(batch[0][0], False)
+            return
         half = len(batch) // 2
         _probe_batch(batch[:half])
         _probe_batch(batch[half:])

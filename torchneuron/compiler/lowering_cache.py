@@ -33,9 +33,10 @@ LOWERED = ExecutableCache(subdir="lowered", suffix=".stablehlo")
 
 # Regions up to this many operators are lowered in this process, larger ones in a forked child
 # (lowering.py: torch-mlir's pathologies — a 20 GB blow-up, a crash — were seen on large
-# transformer backward graphs; the partitioner's one-node probes run in-process too). Forking a
-# 2 GB process costs ~0.15 s more than the lowering of a small region itself (0.20 against 0.05 s,
-# measured), which a CNN with library convolutions pays for each of its hundreds of regions.
+# transformer backward graphs; every node of a region passed the partitioner's isolated probes).
+# Forking a 2 GB process costs ~0.15 s more than the lowering of a small region itself (0.20
+# against 0.05 s, measured), which a CNN with library convolutions pays for each of its hundreds
+# of regions.
 ISOLATE_ABOVE_NODES = 40
 
 

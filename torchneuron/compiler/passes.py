@@ -136,6 +136,36 @@ def wrap_negative_indices(gm: fx.GraphModule) -> int:
     return changed
 
 
+_SLICES = (_aten.slice.Tensor, _aten.slice_scatter.default)
+
+
+def clamp_slice_ends(gm: fx.GraphModule) -> int:
+    """Give slices (``x[:, 8:]`` is ``slice(x, 1, 8, 2**63 - 1)``) an ``end`` no larger than the
+    dimension: torch-mlir grew past 20 GB lowering a ``slice_scatter`` whose end was 2**63 - 1
+    (Falcon's backward). Returns the number of slices changed."""
+    changed = 0
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target not in _SLICES:
+            continue
+        names = [a.name for a in node.target._schema.arguments]
+        values = dict(zip(names, node.args, strict=False)) | dict(node.kwargs)
+        base = values["self"].meta.get("val") if isinstance(values.get("self"), fx.Node) else None
+        dim, end = values.get("dim", 0), values.get("end")
+        if base is None or not isinstance(dim, int) or not isinstance(end, int):
+            continue
+        size = base.shape[dim]
+        if isinstance(size, int) and end > size:
+            pos = names.index("end")
+            if pos < len(node.args):
+                node.args = node.args[:pos] + (size,) + node.args[pos + 1:]
+            else:
+                node.kwargs = {**node.kwargs, "end": size}
+            changed += 1
+    if changed:
+        gm.recompile()
+    return changed
+
+
 def fill_default_strides(gm: fx.GraphModule) -> int:
     """Give pooling nodes whose ``stride`` is empty/absent their kernel size as stride."""
     changed = 0
