@@ -134,6 +134,7 @@ def _program(label: str, what: str, text: str, text_with_locations: str, flags: 
             result = compile_stablehlo(text_with_locations, flags)
         except IreeCompileError as err:
             record.compile_seconds += err.seconds
+            metrics.count("compile_seconds", err.seconds)
             if remember_failure and not err.killed:
                 meta["failed"] = str(err)
                 return _FAILED + json.dumps({"error": str(err), "log": err.log}).encode()
