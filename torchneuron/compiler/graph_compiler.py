@@ -249,7 +249,8 @@ def _compile_regions(regions: list[tuple[str, fx.GraphModule]], record: metrics.
 def _link_or_bisect(members: list[tuple[fx.GraphModule, PreparedRegion]], record: metrics.GraphRecord,
                     dump: GraphDump, labels: itertools.count) -> dict[str, torch.nn.Module]:
     """The regions linked into one program (``linker.py``), one function per distinct region.
-    If IREE rejects the linked program, each half is linked on its own, down to single regions."""
+    If IREE rejects the linked program or cannot load it, each half is linked on its own, down
+    to single regions (which are split further if they fail alone)."""
     if len(members) == 1 or not settings.link_regions():
         return {p.name: _compile_or_split(p.name, sub, record, dump, prepared=p) for sub, p in members}
     functions: dict[str, tuple[str, str]] = {}  # StableHLO without locations -> (function, with locations)
