@@ -115,12 +115,12 @@ def propose_regions(gm: fx.GraphModule, supported: Callable[[fx.Node], bool]) ->
     level of its supported inputs and one more than the greatest of its other inputs. Then, in
     reverse order, a supported node rises to the lowest level of its users (graph outputs
     aside; the users of its ``getitem`` nodes, which stay with it) if that is higher, so that
-    what only feeds a region (a parameter's reshape, a running statistic's update) joins it. A region is the set of supported nodes of one level. No edge
-    lowers the level and every edge into a region from outside it raises it (an edge between
-    supported nodes of two levels, or from an outside node), so a cycle through a fused region
-    would end at a higher level than it started at: the fused graph has no cycle. Regions of
-    one computing node (``getitem`` does not count) are dropped, as a node alone is not worth
-    an executable call.
+    what only feeds a region (a parameter's reshape, a running statistic's update) joins it.
+    A region is the set of supported nodes of one level. No edge lowers the level and every
+    edge into a region from outside it raises it (an edge between supported nodes of two
+    levels, or from an outside node), so a cycle through a fused region would end at a higher
+    level than it started at: the fused graph has no cycle. Regions of one computing node
+    (``getitem`` does not count) are dropped, as a node alone is not worth an executable call.
     """
     nodes = list(gm.graph.nodes)
     ok = {n for n in nodes if supported(n)}
