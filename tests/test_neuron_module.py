@@ -10,7 +10,7 @@ from torchneuron.runtime.target import GiB, target_from_env
 
 def test_device_queries():
     n = torch.neuron
-    assert n.is_available() and n.device_count() == 1 and n.current_device() == 0
+    assert n.is_available() and n.device_count() == 4 and n.current_device() == 0  # trn2: 4 logical cores
     n.set_device(0)
     n.set_device("neuron:0")
     assert "Trainium2" in n.get_device_name()

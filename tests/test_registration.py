@@ -25,7 +25,7 @@ def test_autoload_without_importing_torchneuron():
 def test_accelerator_api():
     assert torch.accelerator.is_available()
     assert torch.accelerator.current_accelerator() == torch.device("neuron")
-    assert torch.accelerator.device_count() == 1
+    assert torch.accelerator.device_count() == torch.neuron.device_count() == 4  # trn2, LNC=2
     torch.accelerator.synchronize()
     s = torch.accelerator.current_stream()
     assert s.device.type == "neuron"
@@ -62,13 +62,16 @@ def test_numpy_on_device_tensor_points_to_cpu():
         raise AssertionError("numpy() on a device tensor must fail")
 
 
-def test_only_one_device():
+def test_cores_beyond_the_count_do_not_exist():
     import pytest
 
-    with pytest.raises(RuntimeError, match="neuron:1 does not exist"):
-        torch.empty(2, device="neuron:1")
+    with pytest.raises(RuntimeError, match="neuron:4 does not exist: this process has 4 logical"):
+        torch.empty(2, device="neuron:4")
     with pytest.raises(RuntimeError, match="does not exist"):
-        torch.neuron.set_device(1)
+        torch.neuron.set_device(4)
+    with pytest.raises(RuntimeError, match="does not exist"):
+        torch.ones(2).to("neuron:9")
+    assert torch.neuron.current_device() == 0  # a failed set_device leaves the current core
 
 
 def test_import_torchneuron_before_torch():

@@ -1,6 +1,8 @@
 """The ``torch.neuron`` module: device, memory, RNG and stream API (names as in torch.cuda).
 
-One logical NeuronCore per process (``neuron:0``), as TorchNeuron runs one core per rank.
+A process drives the logical NeuronCores of its simulated chip(s), ``neuron:0 .. neuron:N-1``
+(see :mod:`torchneuron.runtime.devices`); a rank started by a launcher starts on
+``neuron:LOCAL_RANK``. Functions taking ``device`` default to the current core.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from typing import Any
 
 import torch
 
+from .runtime import devices as _devices
 from .runtime import queue as _queue
 from .runtime import rng as _rng
 from .runtime import state as _state
@@ -18,7 +21,7 @@ from .runtime.queue import Event, Stream, current_stream, default_stream, set_st
 
 __all__ = [
     "is_available", "is_initialized", "init", "device_count", "current_device", "set_device",
-    "device", "get_device_name", "get_device_properties", "get_device_capability",
+    "device", "device_of", "get_device_name", "get_device_properties", "get_device_capability",
     "synchronize", "is_bf16_supported",
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
     "reset_peak_memory_stats", "reset_max_memory_allocated", "memory_stats", "memory_summary",
@@ -48,21 +51,8 @@ class NeuronDeviceProperties:
 
 
 def _index(device: Any) -> int:
-    if device is None:
-        return 0
-    if isinstance(device, int):
-        idx = device
-    else:
-        d = torch.device(device) if not isinstance(device, torch.device) else device
-        if d.type != "neuron":
-            raise ValueError(f"Expected a neuron device, but got: {d}")
-        idx = 0 if d.index is None else d.index
-    if idx not in (0, -1):
-        raise RuntimeError(
-            f"neuron:{idx} does not exist: each process drives one logical NeuronCore (neuron:0); "
-            "run one process per core with torchrun to use several"
-        )
-    return 0
+    """The core ``device`` names (None: the current one); raises for one that does not exist."""
+    return _devices.index_of(device)
 
 
 # ---- device ----------------------------------------------------------------------------------
@@ -83,28 +73,45 @@ def _is_in_bad_fork() -> bool:
 
 
 def device_count() -> int:
-    return 1
+    return _devices.count()
 
 
 def current_device() -> int:
-    return 0
+    return _devices.current()
 
 
 def set_device(device: Any) -> None:
-    _index(device)
+    """Make ``device`` the calling thread's current core (a negative index is ignored, as in
+    torch.cuda)."""
+    if isinstance(device, int) and device < 0:
+        return
+    _devices.set_current(_index(device))
 
 
 class device:  # noqa: N801 - torch.cuda.device is a lowercase context manager too
-    """Context manager selecting a neuron device (only ``neuron:0`` exists)."""
+    """Context manager making a core current for the block (``None`` or -1: no change)."""
 
     def __init__(self, device: Any):
-        self.idx = _index(device)
+        self.idx = -1 if device is None or device == -1 else _index(device)
+        self.prev_idx = -1
 
     def __enter__(self):
+        if self.idx >= 0:
+            self.prev_idx = _devices.current()
+            _devices.set_current(self.idx)
         return self
 
     def __exit__(self, *exc):
+        if self.idx >= 0:
+            _devices.set_current(self.prev_idx)
         return False
+
+
+class device_of(device):  # noqa: N801
+    """Context manager making the core of tensor ``obj`` current (no change for a CPU tensor)."""
+
+    def __init__(self, obj: torch.Tensor):
+        super().__init__(obj.get_device() if obj.device.type == "neuron" else -1)
 
 
 def get_device_name(device: Any = None) -> str:
@@ -130,7 +137,8 @@ def get_device_capability(device: Any = None) -> tuple[int, int]:
 
 
 def synchronize(device: Any = None) -> None:
-    """Wait for all work on the device; raises the earliest deferred device error, if any."""
+    """Wait for all work on the core; raises the earliest deferred device error, if any (the
+    simulated cores complete their work at launch, so errors are the process's, not a core's)."""
     _index(device)
     _queue.QUEUE.synchronize()
 
@@ -145,28 +153,23 @@ def get_amp_supported_dtype() -> list[torch.dtype]:
 
 # ---- memory ----------------------------------------------------------------------------------
 def memory_allocated(device: Any = None) -> int:
-    _index(device)
-    return _state.allocator().allocated
+    return _state.allocator(_index(device)).allocated
 
 
 def max_memory_allocated(device: Any = None) -> int:
-    _index(device)
-    return _state.allocator().peak_allocated
+    return _state.allocator(_index(device)).peak_allocated
 
 
 def memory_reserved(device: Any = None) -> int:
-    _index(device)
-    return _state.allocator().reserved
+    return _state.allocator(_index(device)).reserved
 
 
 def max_memory_reserved(device: Any = None) -> int:
-    _index(device)
-    return _state.allocator().peak_reserved
+    return _state.allocator(_index(device)).peak_reserved
 
 
 def reset_peak_memory_stats(device: Any = None) -> None:
-    _index(device)
-    _state.allocator().reset_peak()
+    _state.allocator(_index(device)).reset_peak()
 
 
 def reset_max_memory_allocated(device: Any = None) -> None:
@@ -174,24 +177,23 @@ def reset_max_memory_allocated(device: Any = None) -> None:
 
 
 def memory_stats(device: Any = None) -> dict[str, int]:
-    _index(device)
-    return _state.allocator().stats()
+    return _state.allocator(_index(device)).stats()
 
 
 def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
-    _index(device)
-    return _state.allocator().summary(_state.target().name)
+    return _state.allocator(_index(device)).summary(_state.target().name)
 
 
 def mem_get_info(device: Any = None) -> tuple[int, int]:
     """(free, total) bytes of the logical core's HBM."""
-    _index(device)
-    a = _state.allocator()
+    a = _state.allocator(_index(device))
     return (a.capacity - a.reserved, a.capacity)
 
 
 def empty_cache() -> None:
-    _state.allocator().empty_cache()
+    """Release the cached blocks of every core used so far."""
+    for a in _state.allocators().values():
+        a.empty_cache()
 
 
 def memory_snapshot() -> dict:
@@ -211,42 +213,45 @@ def record_memory_history(enabled: str | bool | None = "all", max_entries: int =
 
 # ---- RNG -------------------------------------------------------------------------------------
 def manual_seed(seed: int) -> None:
-    _rng.manual_seed(seed)
+    """Seed the current core's generator (as torch.cuda.manual_seed)."""
+    _rng.manual_seed(seed, _devices.current())
 
 
 def manual_seed_all(seed: int) -> None:
-    _rng.manual_seed(seed)
+    for i in range(_devices.count()):
+        _rng.manual_seed(seed, i)
 
 
 def seed() -> None:
-    _rng.seed()
+    _rng.seed(_devices.current())
 
 
 def seed_all() -> None:
-    _rng.seed()
+    """Seed every core with one random seed."""
+    s = _rng.seed(0)
+    for i in range(1, _devices.count()):
+        _rng.manual_seed(s, i)
 
 
 def initial_seed() -> int:
-    return _rng.initial_seed()
+    return _rng.initial_seed(_devices.current())
 
 
 def get_rng_state(device: Any = "neuron") -> torch.Tensor:
-    _index(device)
-    return _rng.get_state()
+    return _rng.get_state(_index(device))
 
 
 def set_rng_state(new_state: torch.Tensor, device: Any = "neuron") -> None:
-    _index(device)
-    _rng.set_state(new_state)
+    _rng.set_state(new_state, _index(device))
 
 
 def get_rng_state_all() -> list[torch.Tensor]:
-    return [_rng.get_state()]
+    return [_rng.get_state(i) for i in range(_devices.count())]
 
 
 def set_rng_state_all(new_states) -> None:
-    for s in new_states:
-        _rng.set_state(s)
+    for i, s in enumerate(new_states):
+        _rng.set_state(s, i)
 
 
 def __getattr__(name: str):

@@ -46,12 +46,12 @@ def _patch_accelerator() -> None:
 
     def synchronize(device=None, /):
         if _is_neuron(device):
-            return nd.synchronize(device if not isinstance(device, int) else None)
+            return nd.synchronize(device)
         return orig_sync(device)
 
     def current_stream(device=None, /):
         if _is_neuron(device):
-            return nd.current_stream()
+            return nd.current_stream(device)
         return orig_cur(device)
 
     def set_stream(stream, /):

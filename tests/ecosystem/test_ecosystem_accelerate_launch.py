@@ -1,10 +1,11 @@
 """`accelerate launch` with two processes: DDP over the `neuron` process group.
 
 accelerate 1.15 starts several processes (torchrun's elastic agent, `multi_gpu_launcher`) when
-`--multi_gpu` is given, when its config file says `distributed_type: MULTI_NEURON`, or when
-`torch.neuron.device_count() > 1`. torchneuron drives one logical NeuronCore per process
-(`device_count() == 1`), so the first two are the ways in; in each worker accelerate then picks
-`backend="neuron"`, `DistributedType.MULTI_NEURON` and `neuron:0` on its own.
+`torch.neuron.device_count() > 1` (a simulated trn2 chip has 4 logical cores), when
+`--multi_gpu` is given or when its config file says `distributed_type: MULTI_NEURON`. In each
+worker accelerate then picks `backend="neuron"`, `DistributedType.MULTI_NEURON` and
+`neuron:LOCAL_RANK` (the core torchneuron makes current in a launched rank), and wraps the model
+in DDP with `device_ids=[LOCAL_RANK]`.
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ _SCRIPT = textwrap.dedent(
         rank=acc.process_index, world=acc.num_processes, device=str(acc.device),
         distributed_type=str(acc.distributed_type), backend=dist.get_backend(),
         wrapper=type(model).__name__, losses=losses, collectives=counter.calls,
-        param_devices=sorted({{p.device.type for p in model.parameters()}}),
+        param_devices=sorted({{str(p.device) for p in model.parameters()}}),
+        current=torch.neuron.current_device(),
     )
     params = [p.detach().cpu().clone() for p in acc.unwrap_model(model).parameters()]
     torch.save({{"info": info, "params": params}}, f"{{out_dir}}/rank{{acc.process_index}}.pt")
@@ -109,12 +111,9 @@ def _launch(tmp_path, launch_args: list[str]) -> list[dict]:
     env = dict(os.environ)
     env["HF_HOME"] = str(tmp_path / "hf_home")  # no user-level accelerate config file
     env["HF_HUB_OFFLINE"] = "1"
-    env.pop("LOCAL_RANK", None)
-    env.pop("WORLD_SIZE", None)
-    # accelerate wraps the model in DDP with device_ids=[LOCAL_RANK], i.e. neuron:1 on rank 1;
-    # torchneuron names each process's only core neuron:0 (see docs/ecosystem.md). accelerate's
-    # own switch makes it pass device_ids=None: DDP then uses the module's device, neuron:0.
-    env["ACCELERATE_BYPASS_DEVICE_MAP"] = "true"
+    for var in ("LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "ACCELERATE_BYPASS_DEVICE_MAP",
+                "NEURON_RT_VISIBLE_CORES", "NEURON_RT_NUM_CORES"):
+        env.pop(var, None)
     cmd = [sys.executable, "-m", "accelerate.commands.launch", *launch_args, str(script), str(out)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-6000:]
@@ -128,7 +127,9 @@ def _check(results):
     for r, res in enumerate(results):
         info = res["info"]
         assert info["rank"] == r and info["world"] == WORLD
-        assert info["device"] == "neuron:0" and info["param_devices"] == ["neuron"]
+        # rank r drives neuron:r, as accelerate expects (DDP's device_ids=[LOCAL_RANK])
+        assert info["device"] == f"neuron:{r}" and info["param_devices"] == [f"neuron:{r}"]
+        assert info["current"] == r
         assert info["distributed_type"] == "DistributedType.MULTI_NEURON"
         assert info["backend"] == "neuron"
         assert info["wrapper"] == "DistributedDataParallel"
@@ -145,11 +146,17 @@ def _check(results):
         torch.testing.assert_close(a, ref, rtol=1e-5, atol=1e-6)
 
 
+def test_accelerate_launch_two_processes_ddp(tmp_path):
+    """The command a user types: no flag, no config file."""
+    _check(_launch(tmp_path, ["--num_processes", "2", "--main_process_port", "0"]))
+
+
+@pytest.mark.slow  # a second two-process launch; the launcher choice is tested in-process below
 def test_accelerate_launch_multi_gpu_two_processes_ddp(tmp_path):
     _check(_launch(tmp_path, ["--multi_gpu", "--num_processes", "2", "--main_process_port", "0"]))
 
 
-@pytest.mark.slow  # a second two-process launch; the launcher choice is tested in-process below
+@pytest.mark.slow  # a third two-process launch
 def test_accelerate_launch_config_file_multi_neuron(tmp_path):
     """`accelerate config` with "multi-NEURON" writes this; `accelerate launch` then needs no flag."""
     cfg = tmp_path / "accelerate_config.yaml"
@@ -170,7 +177,7 @@ def test_accelerate_launch_config_file_multi_neuron(tmp_path):
 @pytest.mark.parametrize(
     "argv, multi",
     [
-        (["--num_processes", "2"], False),  # device_count() == 1: accelerate's simple_launcher
+        (["--num_processes", "2"], True),  # device_count() == 4 > 1: accelerate's multi_gpu_launcher
         (["--multi_gpu", "--num_processes", "2"], True),
         (["--config_file", "{cfg}"], True),
     ],
@@ -186,6 +193,6 @@ def test_accelerate_launcher_choice_on_neuron(tmp_path, monkeypatch, argv, multi
     argv = [a.format(cfg=cfg) for a in argv]
     args = launch.launch_command_parser().parse_args([*argv, "train.py"])
     args, _, _ = launch._validate_launch_command(args)
-    assert torch.neuron.device_count() == 1
+    assert torch.neuron.device_count() == 4
     assert args.num_processes == 2
     assert bool(args.multi_gpu) is multi

@@ -116,3 +116,27 @@ def test_device_generator():
         return x.cpu()
 
     torch.testing.assert_close(run("neuron"), run("cpu"), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not native.available(), reason="several cores need the native device hooks")
+def test_big_model_dispatch_over_two_cores_generates_like_cpu():
+    """accelerate's big-model inference over two cores: `dispatch_model` places the blocks on
+    neuron:0 and neuron:1 (integer devices are the accelerator's), activations hop between the
+    cores and greedy generation equals CPU. accelerate 1.15's `get_max_memory` has no neuron
+    branch (it asks torch.cuda), so the per-core budget is given explicitly."""
+    from accelerate import dispatch_model, infer_auto_device_map
+
+    cpu_model = gpt2_lm(seed=4, initializer_range=0.5).eval()
+    model = gpt2_lm(seed=4, initializer_range=0.5).eval()
+    size = sum(p.numel() * p.element_size() for p in model.parameters())
+    budget = {0: int(size * 0.7), 1: size}  # the embedding and about half the blocks fit on neuron:0
+    device_map = infer_auto_device_map(model, max_memory=budget, no_split_module_classes=["GPT2Block"])
+    assert set(device_map.values()) == {0, 1}, device_map
+    model = dispatch_model(model, device_map=device_map)
+    assert {p.device.index for p in model.parameters()} == {0, 1}
+    ids = torch.randint(1, VOCAB, (2, 5), generator=torch.Generator().manual_seed(1))
+    kw = dict(max_new_tokens=8, do_sample=False, use_cache=True)
+    expected = cpu_model.generate(ids, **kw)
+    got = model.generate(ids.to("neuron:0"), **kw)
+    assert torch.equal(got.cpu(), expected)
+    assert torch.neuron.memory_allocated(1) > 0

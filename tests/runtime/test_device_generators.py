@@ -59,8 +59,9 @@ def test_generator_api_matches_a_cpu_generator():
     assert torch.equal(torch.rand(4, device=DEV, generator=g).cpu(), first.cpu())
     s = g.seed()  # a fresh non-deterministic seed
     assert g.initial_seed() == s
-    with pytest.raises(RuntimeError, match="neuron:1 does not exist"):
-        torch.Generator(device="neuron:1")
+    n = torch.neuron.device_count()
+    with pytest.raises(RuntimeError, match=f"neuron:{n} does not exist"):
+        torch.Generator(device=f"neuron:{n}")
 
 
 @needs_native
@@ -99,7 +100,8 @@ def test_reproducible_and_independent_of_the_default_generators():
 @needs_native
 def test_default_generator_is_the_device_stream():
     gens = torch.neuron.default_generators
-    assert isinstance(gens, tuple) and len(gens) == torch.neuron.device_count() == 1
+    assert isinstance(gens, tuple) and len(gens) == torch.neuron.device_count() == 4  # trn2, LNC=2
+    assert [g.device for g in gens] == [torch.device("neuron", i) for i in range(4)]
     d = gens[0]
     assert d.device == torch.device("neuron", 0) and torch.neuron.default_generators[0] is d
     assert torch._C._accelerator_getDefaultGenerator(0) is d

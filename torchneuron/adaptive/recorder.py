@@ -19,7 +19,7 @@ import torch
 from ..ops import tracking
 from ..ops.generic import reads_host_computed
 from ..ops.opinfo import RANDOM, facts
-from ..runtime import lazy
+from ..runtime import devices, lazy
 from . import metrics
 from .window import IndexCheck, NotRecordable, Ref, Window
 
@@ -134,6 +134,8 @@ class Recorder:
             raise NotRecordable("a factory")
         if reads_host_computed(args, kwargs):
             raise NotRecordable("a dtype only the CPU fallback computes")
+        if _beyond_core0(args, kwargs):
+            raise NotRecordable("work on another core than neuron:0")
         sig: list = []
         mkey: list = [op]
         targs = tuple(w.template(a, sig, mkey) for a in args)
@@ -214,6 +216,20 @@ class Recorder:
         if desc is None:
             raise NotRecordable("no meta result")
         return _instantiate(desc)
+
+
+def _beyond_core0(args, kwargs) -> bool:
+    """Whether the op runs on another core than ``neuron:0`` (windows are fused for
+    ``neuron:0``; work on the other cores of the process runs op by op)."""
+    for a in (*args, *kwargs.values()):
+        for x in a if type(a) in (list, tuple) else (a,):
+            if isinstance(x, torch.Tensor):
+                if x.device.type == "neuron" and x.get_device():
+                    return True
+            elif type(x) is torch.device and x.type == "neuron":
+                if x.index or (x.index is None and devices.current()):
+                    return True
+    return False
 
 
 def _has_tensor(args, kwargs) -> bool:

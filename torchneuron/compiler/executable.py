@@ -22,7 +22,7 @@ from functools import cache
 import torch
 
 from ..ops import dtype_policy
-from ..runtime import activity
+from ..runtime import activity, devices
 from ..runtime.errors import NeuronRuntimeError
 from ..runtime.storage import host, wrap_host
 from . import settings
@@ -258,8 +258,14 @@ class Executable:
         to_dlpack = torch.utils.dlpack.to_dlpack
         args = ir.VmVariantList(len(inputs))
         keep = []  # host tensors that the runtime reads must outlive the call
+        core = -1  # the results go to the core of the device inputs
         for t, cast in zip(inputs, self._in_cast, strict=True):
-            h = host(t) if t.device.type == "neuron" else t
+            if t.device.type == "neuron":
+                h = host(t)
+                if core < 0:
+                    core = t.get_device()
+            else:
+                h = t
             if h.dtype is torch.bool:
                 h = h.view(torch.int8)  # passes.bool_inputs_as_bytes: the program reads bytes
             elif cast is not None:
@@ -284,7 +290,7 @@ class Executable:
             h = torch.from_dlpack(device.create_dlpack_capsule(view, _DLPACK_CPU, 0))
             if h.dtype != dtype:
                 h = h.to(dtype)  # dtype restored after 32-bit compute
-            outs.append(wrap_host(h, counted=not _staging.active))
+            outs.append(wrap_host(h, counted=not _staging.active, index=core if core >= 0 else devices.current()))
         if activity.RECORDER is not None:
             activity.RECORDER.record("executable", self.name, tuple(keep), [host(o) for o in outs], t0, time.perf_counter_ns())
         return outs

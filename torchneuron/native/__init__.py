@@ -1,22 +1,24 @@
 """The device hooks PyTorch's Python PrivateUse1 hook class cannot express (a small C++ module).
 
 PyTorch 2.14's Python hooks (``torch._C._acc.PrivateUse1Hooks``) forward only ``is_built``,
-``is_available`` and ``has_primary_context`` to Python. Two more are needed by distributed
-training and have no Python route:
+``is_available`` and ``has_primary_context`` to Python. The rest have no Python route:
 
 * ``getPinnedMemoryAllocator`` / ``isPinnedPtr`` — DDP's Reducer stages its used-parameter map
   in pinned host memory on PrivateUse1 devices (``find_unused_parameters=True``,
   ``static_graph=True``), and ``pin_memory=True`` anywhere (DataLoader) needs it;
 * ``resizePrivateUse1Bytes`` — ``UntypedStorage.resize_`` on a ``neuron`` storage, which FSDP2
   uses to free and re-allocate unsharded parameters;
+* the device guard — a device count above 1 and a per-thread current core (the Python guard's
+  count is fixed at 1 and its current device at 0), and ``empty(dtype, index)``, the tensor
+  shell of a ``neuron:index`` tensor (see :mod:`torchneuron.runtime.devices`);
 * ``getNewGenerator`` / ``getDefaultGenerator`` — ``torch.Generator(device="neuron")`` (diffusers
   pipelines and many scripts pass one as ``generator=``), ``torch.neuron.default_generators``
   and ``torch.accelerator``'s RNG functions. A neuron generator is a shell around a CPU
   generator that holds its state (:func:`host_generator`), since the device's random kernels are
-  the host's; the default one wraps :func:`torchneuron.runtime.rng.generator`.
+  the host's; core ``i``'s default one wraps :func:`torchneuron.runtime.rng.generator` ``(i)``.
 
 ``neuron_hooks.cpp`` (next to this file) implements one C++ hook object that keeps the
-Python hook object as the authority for its three methods and adds those two; the storage
+Python hook object as the authority for its three methods and adds the rest; the storage
 resize calls back into :func:`_resize_storage` below, so device memory stays owned and
 accounted by the Python caching allocator. PyTorch accepts a single hook registration per
 process, so the C++ object must be registered *before* the Python one: ``torchneuron``'s
@@ -84,11 +86,11 @@ def host_generator(g: torch.Generator) -> torch.Generator:
     return mod.host_generator(g)
 
 
-def default_generator() -> torch.Generator:
-    """The device's default generator (``torch.neuron.default_generators[0]``)."""
+def default_generator(index: int = 0) -> torch.Generator:
+    """Core ``index``'s default generator (``torch.neuron.default_generators[index]``)."""
     if not _state["installed"]:
         raise RuntimeError(missing_message("torch.neuron.default_generators"))
-    return _state["module"].default_generator()
+    return _state["module"].default_generator(index)
 
 
 # ---- build --------------------------------------------------------------------------------------
@@ -224,7 +226,7 @@ def _resize_storage(st: torch.UntypedStorage, nbytes: int) -> int:
     if nbytes == 0:
         d.pop(rs._BLOCK, None)
         return 0
-    block = state.allocator().allocate(nbytes)
+    block = state.allocator(st.device.index or 0).allocate(nbytes)
     if old is not None:
         n = min(old.nbytes, nbytes)
         if n:
@@ -244,12 +246,17 @@ def install(python_hooks) -> bool:
     if os.environ.get("TORCHNEURON_NATIVE", "1") in ("0", "false", "False", "off"):
         _state["reason"] = "disabled by TORCHNEURON_NATIVE=0"
         return False
-    from ..runtime import rng
+    from ..runtime import devices, rng, state
 
+    try:
+        count = devices.configured_count(state.target())
+    except ValueError:
+        count = 1  # a bad TORCHNEURON_TARGET / _LNC: raised with its message where the target is used
     try:
         path = build()
         mod = _load(path)
-        ok = mod.install(python_hooks, _resize_storage, rng.generator())
+        ok = mod.install(python_hooks, _resize_storage, rng.init(count), _synchronize,
+                         devices.default_index(count))
     except Exception as e:  # noqa: BLE001  (no compiler, failed build, ABI mismatch ...)
         _state["reason"] = f"{type(e).__name__}: {e}"
         return False
@@ -260,7 +267,15 @@ def install(python_hooks) -> bool:
         return False
     _state["installed"] = True
     _state["reason"] = "installed"
+    devices.attach(mod)
     return True
+
+
+def _synchronize(index: int) -> None:
+    """The device guard's ``synchronizeDevice`` (``torch.accelerator.synchronize``, streams)."""
+    from ..runtime.queue import QUEUE
+
+    QUEUE.synchronize()
 
 
 def missing_message(feature: str) -> str:

@@ -82,7 +82,7 @@ def refresh() -> None:
         return
     from ..runtime import activity, lazy, state
 
-    observed = bool(state.allocator.cache_info().currsize and state.allocator().observers)
+    observed = any(a.observers for a in state.allocators().values())
     mod.set_enabled(lazy.RECORDER is None and lazy.FLUSH is None and activity.RECORDER is None and not observed)
 
 

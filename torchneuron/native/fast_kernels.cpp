@@ -31,7 +31,7 @@
 // result that would exceed the device's capacity (the Python allocator empties its cache first
 // and raises torch.OutOfMemoryError with the figures).
 //
-// The accounts are the device's memory statistics (allocated, reserved, peaks, counts): the
+// The accounts are each core's memory statistics (allocated, reserved, peaks, counts): the
 // Python caching allocator and this module update the same numbers, so memory_allocated() stays
 // exact whichever path produced a tensor.
 //
@@ -104,9 +104,12 @@ struct Accounts {
   }
 };
 
-Accounts& accounts() {
-  static auto* a = new Accounts();  // leaked: storages may die during static destruction
-  return *a;
+// one set of accounts per logical core (the native device guard allows at most 64 cores)
+constexpr int kMaxCores = 64;
+
+Accounts& accounts(int core) {
+  static auto* a = new Accounts[kMaxCores];  // leaked: storages may die during static destruction
+  return a[core];
 }
 
 // the Python allocator's granularity (torchneuron.runtime.memory.round_size)
@@ -126,12 +129,13 @@ struct Adopted {
   c10::Storage host;
   int64_t nbytes;
   int64_t rounded;
+  int core;
 };
 
 void adopted_delete(void* ctx) {
   auto* a = static_cast<Adopted*>(ctx);
   {
-    auto& acc = accounts();
+    auto& acc = accounts(a->core);
     std::lock_guard<std::mutex> lock(acc.mutex);
     acc.free_locked(a->nbytes, a->rounded, false);
   }
@@ -194,12 +198,19 @@ struct Call {
   // device storage -> its host storage, and back (inputs sharing bytes share one host storage)
   c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 6> host_of;
   c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 6> device_of;
+  int core = -1;  // the logical core of the device tensors (results go there too)
 
   // `d` as the CPU kernel should see it; false if the call must take the Python path
   bool to_host(const at::Tensor& d, at::Tensor* out) {
     if (!d.defined() || d.device().type() != kDevice) {
       *out = d;
       return true;
+    }
+    const int index = d.device().index();
+    if (core < 0) {
+      core = index;
+    } else if (index != core) {
+      return false;  // tensors on two cores: the Python kernel raises PyTorch's device error
     }
     if (d.layout() != c10::kStrided || !d.has_storage() || !native_dtype(d.scalar_type(), true) ||
         d.is_neg()) {
@@ -336,13 +347,15 @@ struct Call {
     if (!ds) {
       const int64_t nbytes = static_cast<int64_t>(hsi->nbytes());
       const int64_t rounded = round_size(nbytes);
-      if (!accounts().try_adopt(nbytes, rounded)) {
+      if (!accounts(core).try_adopt(nbytes, rounded)) {
         return false;
       }
       void* data = const_cast<void*>(hsi->data_ptr().get());
-      auto* ctx = new Adopted{h.storage(), nbytes, rounded};
+      auto* ctx = new Adopted{h.storage(), nbytes, rounded, core};
       ds = c10::Storage(c10::Storage::use_byte_size_t(), static_cast<size_t>(nbytes),
-                        c10::DataPtr(data, ctx, &adopted_delete, c10::Device(kDevice, 0)), nullptr, false);
+                        c10::DataPtr(data, ctx, &adopted_delete,
+                                     c10::Device(kDevice, static_cast<c10::DeviceIndex>(core))),
+                        nullptr, false);
       device_of.emplace_back(hsi, ds);
     }
     auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(ds), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
@@ -403,6 +416,9 @@ struct FastKernel final : c10::OperatorKernel {
         return false;
       }
       host.push_back(std::move(v));
+    }
+    if (call.core < 0 || call.core >= kMaxCores) {
+      return false;  // no device tensor among the arguments
     }
     try {
       op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host);
@@ -593,43 +609,79 @@ PyObject* py_host_storage(PyObject*, PyObject* obj) {
 }
 
 // accounts: alloc(nbytes, rounded, from_cache), free(nbytes, rounded, to_cache), unreserve(n)
-PyObject* py_account_alloc(PyObject*, PyObject* args) {
-  long long nbytes = 0, rounded = 0;
-  int from_cache = 0;
-  if (!PyArg_ParseTuple(args, "LLp", &nbytes, &rounded, &from_cache)) {
+// the accounts of the core named by the first argument; nullptr with a Python error if invalid
+Accounts* core_accounts(int core) {
+  if (core < 0 || core >= kMaxCores) {
+    PyErr_Format(PyExc_ValueError, "no logical core %d", core);
     return nullptr;
   }
-  auto& acc = accounts();
+  return &accounts(core);
+}
+
+Accounts* core_accounts(PyObject* arg) {
+  long core = PyLong_AsLong(arg);
+  if (core == -1 && PyErr_Occurred()) {
+    return nullptr;
+  }
+  return core_accounts(static_cast<int>(core));
+}
+
+PyObject* py_account_alloc(PyObject*, PyObject* args) {
+  int core = 0;
+  long long nbytes = 0, rounded = 0;
+  int from_cache = 0;
+  if (!PyArg_ParseTuple(args, "iLLp", &core, &nbytes, &rounded, &from_cache)) {
+    return nullptr;
+  }
+  Accounts* a = core_accounts(core);
+  if (a == nullptr) {
+    return nullptr;
+  }
+  auto& acc = *a;
   std::lock_guard<std::mutex> lock(acc.mutex);
   acc.alloc_locked(nbytes, rounded, from_cache != 0);
   Py_RETURN_NONE;
 }
 
 PyObject* py_account_free(PyObject*, PyObject* args) {
+  int core = 0;
   long long nbytes = 0, rounded = 0;
   int to_cache = 0;
-  if (!PyArg_ParseTuple(args, "LLp", &nbytes, &rounded, &to_cache)) {
+  if (!PyArg_ParseTuple(args, "iLLp", &core, &nbytes, &rounded, &to_cache)) {
     return nullptr;
   }
-  auto& acc = accounts();
+  Accounts* a = core_accounts(core);
+  if (a == nullptr) {
+    return nullptr;
+  }
+  auto& acc = *a;
   std::lock_guard<std::mutex> lock(acc.mutex);
   acc.free_locked(nbytes, rounded, to_cache != 0);
   Py_RETURN_NONE;
 }
 
-PyObject* py_account_unreserve(PyObject*, PyObject* arg) {
-  long long n = PyLong_AsLongLong(arg);
-  if (n == -1 && PyErr_Occurred()) {
+PyObject* py_account_unreserve(PyObject*, PyObject* args) {
+  int core = 0;
+  long long n = 0;
+  if (!PyArg_ParseTuple(args, "iL", &core, &n)) {
     return nullptr;
   }
-  auto& acc = accounts();
+  Accounts* a = core_accounts(core);
+  if (a == nullptr) {
+    return nullptr;
+  }
+  auto& acc = *a;
   std::lock_guard<std::mutex> lock(acc.mutex);
   acc.reserved -= n;
   Py_RETURN_NONE;
 }
 
-PyObject* py_account_get(PyObject*, PyObject*) {
-  auto& acc = accounts();
+PyObject* py_account_get(PyObject*, PyObject* arg) {
+  Accounts* a = core_accounts(arg);
+  if (a == nullptr) {
+    return nullptr;
+  }
+  auto& acc = *a;
   std::lock_guard<std::mutex> lock(acc.mutex);
   return Py_BuildValue("(LLLLLLL)", static_cast<long long>(acc.allocated), static_cast<long long>(acc.reserved),
                        static_cast<long long>(acc.peak_allocated), static_cast<long long>(acc.peak_reserved),
@@ -637,28 +689,41 @@ PyObject* py_account_get(PyObject*, PyObject*) {
                        static_cast<long long>(acc.active));
 }
 
-PyObject* py_account_reset_peak(PyObject*, PyObject*) {
-  auto& acc = accounts();
+PyObject* py_account_reset_peak(PyObject*, PyObject* arg) {
+  Accounts* a = core_accounts(arg);
+  if (a == nullptr) {
+    return nullptr;
+  }
+  auto& acc = *a;
   std::lock_guard<std::mutex> lock(acc.mutex);
   acc.peak_allocated = acc.allocated;
   acc.peak_reserved = acc.reserved;
   Py_RETURN_NONE;
 }
 
-PyObject* py_account_reset_counts(PyObject*, PyObject*) {
-  auto& acc = accounts();
+PyObject* py_account_reset_counts(PyObject*, PyObject* arg) {
+  Accounts* a = core_accounts(arg);
+  if (a == nullptr) {
+    return nullptr;
+  }
+  auto& acc = *a;
   std::lock_guard<std::mutex> lock(acc.mutex);
   acc.num_allocs = 0;
   acc.num_frees = 0;
   Py_RETURN_NONE;
 }
 
-PyObject* py_set_capacity(PyObject*, PyObject* arg) {
-  long long n = PyLong_AsLongLong(arg);
-  if (n == -1 && PyErr_Occurred()) {
+PyObject* py_set_capacity(PyObject*, PyObject* args) {
+  int core = 0;
+  long long n = 0;
+  if (!PyArg_ParseTuple(args, "iL", &core, &n)) {
     return nullptr;
   }
-  auto& acc = accounts();
+  Accounts* a = core_accounts(core);
+  if (a == nullptr) {
+    return nullptr;
+  }
+  auto& acc = *a;
   std::lock_guard<std::mutex> lock(acc.mutex);
   acc.capacity = n;
   Py_RETURN_NONE;
@@ -675,14 +740,16 @@ PyMethodDef methods[] = {
     {"owns", py_owns, METH_O, "whether a neuron storage holds memory this module adopted"},
     {"host_storage", py_host_storage, METH_O,
      "the CPU storage owning an adopted neuron storage's bytes, or None"},
-    {"account_alloc", py_account_alloc, METH_VARARGS, "account_alloc(nbytes, rounded, from_cache)"},
-    {"account_free", py_account_free, METH_VARARGS, "account_free(nbytes, rounded, to_cache)"},
-    {"account_unreserve", py_account_unreserve, METH_O, "reserved -= n (cached blocks released)"},
-    {"account_get", py_account_get, METH_NOARGS,
-     "(allocated, reserved, peak_allocated, peak_reserved, num_allocs, num_frees, active_blocks)"},
-    {"account_reset_peak", py_account_reset_peak, METH_NOARGS, "peaks := current values"},
-    {"account_reset_counts", py_account_reset_counts, METH_NOARGS, "allocation / free counts := 0"},
-    {"set_capacity", py_set_capacity, METH_O, "the device's capacity in bytes (adoptions beyond it go to Python)"},
+    {"account_alloc", py_account_alloc, METH_VARARGS, "account_alloc(core, nbytes, rounded, from_cache)"},
+    {"account_free", py_account_free, METH_VARARGS, "account_free(core, nbytes, rounded, to_cache)"},
+    {"account_unreserve", py_account_unreserve, METH_VARARGS, "account_unreserve(core, n): reserved -= n"},
+    {"account_get", py_account_get, METH_O,
+     "account_get(core) -> (allocated, reserved, peak_allocated, peak_reserved, num_allocs, num_frees, "
+     "active_blocks)"},
+    {"account_reset_peak", py_account_reset_peak, METH_O, "account_reset_peak(core): peaks := current values"},
+    {"account_reset_counts", py_account_reset_counts, METH_O, "account_reset_counts(core): counts := 0"},
+    {"set_capacity", py_set_capacity, METH_VARARGS,
+     "set_capacity(core, n): a core's capacity in bytes (adoptions beyond it go to Python)"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, "_neuron_fast", "torchneuron's C++ eager kernels", -1, methods};

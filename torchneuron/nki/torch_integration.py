@@ -105,7 +105,7 @@ def numpy_to_tensor(a: Any, device: torch.device) -> Any:
         np.copyto(tensor_to_numpy(h), a)
         from torchneuron.runtime.storage import wrap_host
 
-        return wrap_host(h)
+        return wrap_host(h, index=device.index or 0)
     conv = _FROM_NP.get(a.dtype)
     if conv is not None:
         h = torch.from_numpy(a.view(conv[0])).view(conv[1])
@@ -114,7 +114,7 @@ def numpy_to_tensor(a: Any, device: torch.device) -> Any:
     if device.type == "neuron":
         from torchneuron.runtime.storage import wrap_host
 
-        return wrap_host(h)
+        return wrap_host(h, index=device.index or 0)
     return h
 
 

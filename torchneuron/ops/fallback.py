@@ -22,7 +22,7 @@ from ..runtime import activity
 from ..runtime.errors import ERRORS, NeuronFallbackError, user_stack
 from ..runtime.storage import host, wrap_host
 from . import dtype_policy, tracking
-from .generic import call_host, with_device_generator
+from .generic import call_host, core_of, with_device_generator
 from .opinfo import facts
 
 _warned: set[str] = set()
@@ -79,11 +79,11 @@ def _to_host(a, whole_storage: bool = False):
     return a
 
 
-def _to_device(r):
+def _to_device(r, index: int = 0):
     if isinstance(r, torch.Tensor) and r.device.type == "cpu":
         dtype_policy.check_supported(r.dtype)  # the result must be representable on the device
         tracking.transfer("host_to_device", r.nbytes)
-        return wrap_host(r.clone() if r._is_view() else r)
+        return wrap_host(r.clone() if r._is_view() else r, index=index)
     return r
 
 
@@ -138,11 +138,12 @@ def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
     tracking.fell_back(f.qualified)
     ERRORS.raise_pending()  # the host reads device data: a synchronisation point
     t0 = perf_counter_ns()
+    index = core_of(args, kwargs)  # raises for tensors on two cores
     whole = f.name.startswith("aten::as_strided")
     hargs = tree_map(lambda a: _to_host(a, whole), args)
     hkwargs = tree_map(lambda a: _to_host(a, whole), kwargs)
-    hargs, hkwargs = with_device_generator(f, tuple(hargs), dict(hkwargs))  # device RNG everywhere
-    out = call_host(op, f, hargs, hkwargs)
+    hargs, hkwargs = with_device_generator(f, tuple(hargs), dict(hkwargs), index)  # device RNG everywhere
+    out = call_host(op, f, hargs, hkwargs, index)
     if activity.RECORDER is not None:
         activity.RECORDER.record("fallback", f.qualified, hargs, out, t0, perf_counter_ns())
     # written arguments: copy the host's result back into device memory
@@ -163,7 +164,7 @@ def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
             return written[0]
         if isinstance(out, tuple) and len(out) == len(written):
             return tuple(written)
-    return tree_map(_to_device, out)
+    return tree_map(lambda r: _to_device(r, index), out)
 
 
 def fallback_kernel(op: torch._ops.OpOverload):

@@ -21,7 +21,7 @@ from time import perf_counter_ns
 import torch
 from torch.utils._pytree import tree_map
 
-from ..runtime import activity, lazy, rng
+from ..runtime import activity, devices, lazy, rng
 from ..runtime.errors import ERRORS, NeuronRuntimeError, launch_blocking, make_context
 from ..runtime.storage import (
     empty_device,
@@ -48,21 +48,39 @@ _META_DEVICE = torch.device("meta")
 _NOT_RECORDED = lazy.NOT_RECORDED
 
 
-class _Unwrap:
-    """Replaces device tensors by host aliases and remembers which alias stands for which."""
+def cross_device_error(a: int, b: int) -> RuntimeError:
+    return RuntimeError(
+        "Expected all tensors to be on the same device, but found at least two devices, "
+        f"neuron:{min(a, b)} and neuron:{max(a, b)}!"
+    )
 
-    __slots__ = ("by_ptr", "by_id", "emulate", "fresh")
+
+class _Unwrap:
+    """Replaces device tensors by host aliases and remembers which alias stands for which.
+
+    ``index`` is the core the operator runs on: its device tensors' core (they must agree, as
+    on any multi-device backend), else the core a factory-style ``device=`` argument names."""
+
+    __slots__ = ("by_ptr", "by_id", "emulate", "fresh", "index")
 
     def __init__(self, fresh: bool):
         self.by_ptr: dict[int, _Tensor] = {}
         self.by_id: dict[int, tuple[_Tensor, _Tensor]] = {}
         self.emulate = False
         self.fresh = fresh
+        self.index: int | None = None
+
+    def _on(self, index: int) -> None:
+        if self.index is None:
+            self.index = index
+        elif index != self.index:
+            raise cross_device_error(index, self.index)
 
     def one(self, a):
         if type(a) is _Tensor or isinstance(a, _Tensor):
             if a.device.type != _NEURON:
                 return a
+            self._on(a.get_device())
             h = fresh_host(a) if self.fresh else host(a)
             self.by_id[id(h)] = (h, a)
             if h.untyped_storage().nbytes():
@@ -73,6 +91,8 @@ class _Unwrap:
         if type(a) in (list, tuple):
             return type(a)(self.one(x) for x in a)
         if type(a) is _Device and a.type == _NEURON:
+            if self.index is None:
+                self.index = devices.index_of(a)
             return _CPU_DEVICE  # factory-style ops: the kernel allocates on the host
         return a
 
@@ -91,7 +111,7 @@ def _to_device(r, unwrap: _Unwrap):
                 return view_of(base, r)
         if r.dtype not in dtype_policy.STORABLE:
             dtype_policy.check_supported(r.dtype)
-        return wrap_host(r)
+        return wrap_host(r, index=unwrap.index or 0)
     if type(r) in (list, tuple):
         return type(r)(_to_device(x, unwrap) for x in r)
     return r
@@ -132,7 +152,7 @@ def _sync_metadata(d: _Tensor, h: _Tensor) -> None:
     else:
         from ..runtime import state
 
-        block = state.allocator().adopt(h.untyped_storage())
+        block = state.allocator(d.get_device()).adopt(h.untyped_storage())
         repoint(d, block, h.shape, h.stride(), h.storage_offset())
 
 
@@ -156,11 +176,12 @@ def _deferred_outputs(op, args, kwargs, f: OpFacts, err: BaseException):
         mout = op(*margs, **mkwargs)
     except Exception:
         raise err from None
+    index = core_of(args, kwargs)
 
     def realise(m):
         if isinstance(m, _Tensor):
             # new device memory of the right geometry, filled with NaN (floats) or zeros
-            t = empty_device(m.shape, m.stride(), m.dtype)
+            t = empty_device(m.shape, m.stride(), m.dtype, index)
             if t.numel():
                 host(t).fill_(float("nan") if m.dtype.is_floating_point else 0)
             return t
@@ -183,16 +204,35 @@ def _deferred_outputs(op, args, kwargs, f: OpFacts, err: BaseException):
     return realise(mout)
 
 
+def core_of(args, kwargs) -> int:
+    """The core an operator with these arguments runs on (see ``_Unwrap.index``); raises
+    PyTorch's device error for device tensors on two cores."""
+    u = _Unwrap(False)
+    for a in (*args, *kwargs.values()):
+        for x in a if type(a) in (list, tuple) else (a,):
+            if isinstance(x, _Tensor) and x.device.type == _NEURON:
+                u._on(x.get_device())
+    if u.index is None:
+        for a in (*args, *kwargs.values()):
+            if type(a) is _Device and a.type == _NEURON:
+                return devices.index_of(a)
+    return u.index or 0
+
+
 def _fast_unwrap(a, flags: list):
+    """The lean kernels' unwrapping: ``neuron:0`` work only (``flags`` gets an entry for anything
+    else, which the general path then runs)."""
     if isinstance(a, _Tensor):
         if a.is_cpu or a.device.type != _NEURON:
             return a
-        if a.dtype in _NOT_FAST:
+        if a.dtype in _NOT_FAST or a.get_device():
             flags.append(True)
         return host(a)
     if type(a) in (list, tuple):
         return type(a)(_fast_unwrap(x, flags) for x in a)
     if type(a) is _Device and a.type == _NEURON:
+        if a.index or (a.index is None and devices.current()):
+            flags.append(True)
         return _CPU_DEVICE
     return a
 
@@ -294,24 +334,24 @@ def inplace_kernel(op: torch._ops.OpOverload):
     return kernel
 
 
-def with_device_generator(f: OpFacts, hargs: tuple, hkwargs: dict):
-    """Random ops draw from the device generator: fill in a ``generator`` argument left None,
-    and give the host kernel the CPU generator behind an explicit ``neuron`` generator."""
+def with_device_generator(f: OpFacts, hargs: tuple, hkwargs: dict, index: int = 0):
+    """Random ops draw from core ``index``'s generator: fill in a ``generator`` argument left
+    None, and give the host kernel the CPU generator behind an explicit ``neuron`` generator."""
     if f.generator_name is not None:
         if f.generator_pos is not None and f.generator_pos < len(hargs):
             g = hargs[f.generator_pos]
-            g = rng.generator() if g is None else rng.host_generator(g)
+            g = rng.generator(index) if g is None else rng.host_generator(g)
             hargs = hargs[: f.generator_pos] + (g,) + hargs[f.generator_pos + 1:]
         else:
             g = hkwargs.get(f.generator_name)
-            hkwargs[f.generator_name] = rng.generator() if g is None else rng.host_generator(g)
+            hkwargs[f.generator_name] = rng.generator(index) if g is None else rng.host_generator(g)
     return hargs, hkwargs
 
 
-def call_host(op, f: OpFacts, hargs, hkwargs):
-    """Run the host kernel; kernels with no generator argument see the device's stream."""
+def call_host(op, f: OpFacts, hargs, hkwargs, index: int = 0):
+    """Run the host kernel; kernels with no generator argument see core ``index``'s stream."""
     if f.random_without_generator:
-        with rng.as_cpu_default():
+        with rng.as_cpu_default(index):
             return op(*hargs, **hkwargs)
     return op(*hargs, **hkwargs)
 
@@ -356,13 +396,14 @@ def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
     unwrap = _Unwrap(fresh=f.metadata_mutating)
     hargs = tuple(unwrap.one(a) for a in args)
     hkwargs = {k: unwrap.one(v) for k, v in kwargs.items()} if kwargs else {}
-    hargs, hkwargs = with_device_generator(f, hargs, hkwargs)
+    index = unwrap.index or 0
+    hargs, hkwargs = with_device_generator(f, hargs, hkwargs, index)
     emulate = unwrap.emulate and not dtype_policy.exact()
     if emulate:
         hargs, hkwargs = _narrow_inputs(f, hargs, hkwargs)
     t0 = perf_counter_ns()
     try:
-        out = call_host(op, f, hargs, hkwargs)
+        out = call_host(op, f, hargs, hkwargs, index)
         if activity.RECORDER is not None:
             activity.RECORDER.record("kernel", f.qualified, hargs, out, t0, perf_counter_ns())
     except Exception as err:  # noqa: BLE001 - every kernel error follows the queue's contract

@@ -11,7 +11,7 @@ from time import perf_counter_ns
 import torch
 from torch._C import DispatchKey, DispatchKeySet
 
-from ..runtime import activity, lazy, state
+from ..runtime import activity, devices, lazy, state
 from ..runtime.errors import ERRORS
 from ..runtime.storage import block_of, device_tensor, empty_device, host, repoint, wrap_host
 from . import dtype_policy, tracking
@@ -21,15 +21,10 @@ _META = DispatchKeySet(DispatchKey.Meta)
 _CPU = DispatchKeySet(DispatchKey.CPU)
 
 
-def _check_device(device) -> None:
-    if device is None:
-        return
-    d = torch.device(device) if not isinstance(device, torch.device) else device
-    if d.type == "neuron" and d.index not in (None, 0):
-        raise RuntimeError(
-            f"neuron:{d.index} does not exist: each process drives one logical NeuronCore, "
-            "neuron:0 (use torchrun and one process per core to scale out)"
-        )
+def _core(device) -> int:
+    """The core a factory's ``device=`` names (None, or ``neuron`` without index: the current
+    core); raises for a core this process does not have."""
+    return devices.index_of(device)
 
 
 def _contiguous_strides(size, memory_format) -> list[int]:
@@ -49,22 +44,22 @@ def _contiguous_strides(size, memory_format) -> list[int]:
 
 
 def empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    _check_device(device)
+    index = _core(device)
     dtype = dtype or torch.get_default_dtype()
     dtype_policy.check_supported(dtype)
     if any(s < 0 for s in size):
         raise RuntimeError(f"Trying to create tensor with negative dimension: {list(size)}")
     mf = memory_format or torch.contiguous_format
-    return empty_device(list(size), _contiguous_strides(size, mf), dtype)
+    return empty_device(list(size), _contiguous_strides(size, mf), dtype, index)
 
 
 def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
-    _check_device(device)
+    index = _core(device)
     dtype = dtype or torch.get_default_dtype()
     dtype_policy.check_supported(dtype)
     if any(s < 0 for s in size):
         raise RuntimeError(f"Trying to create tensor with negative dimension: {list(size)}")
-    return empty_device(list(size), list(stride), dtype)
+    return empty_device(list(size), list(stride), dtype, index)
 
 
 def _src_host(src: torch.Tensor) -> torch.Tensor:
@@ -72,7 +67,7 @@ def _src_host(src: torch.Tensor) -> torch.Tensor:
 
 
 def copy_(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
-    if lazy.RECORDER is not None and self.device.type == "neuron" and src.device.type == "neuron":
+    if lazy.RECORDER is not None and self.device.type == "neuron" and src.device == self.device:
         r = lazy.RECORDER(aten.copy_.default, (self, src, non_blocking), {})
         if r is not lazy.NOT_RECORDED:
             return r
@@ -110,7 +105,7 @@ def _copy_from_and_resize(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
 
 def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
     if lazy.RECORDER is not None and self.device.type == "neuron" and (
-        device is None or torch.device(device).type == "neuron"
+        device is None or (torch.device(device).type == "neuron" and _core(device) == self.get_device())
     ):
         kw = {k: v for k, v in (("dtype", dtype), ("layout", layout), ("device", device),
                                 ("pin_memory", pin_memory), ("memory_format", memory_format)) if v is not None}
@@ -123,7 +118,7 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non
     src = _src_host(self)
     t0 = perf_counter_ns()
     if target.type == "neuron":
-        _check_device(target)
+        index = _core(target)
         dtype_policy.check_supported(dtype)
         kind = "copy_d2d" if self.device.type == "neuron" else "copy_h2d"
         if kind == "copy_h2d":
@@ -134,7 +129,7 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non
             out = src.to(dtype=dtype, memory_format=memory_format, copy=True)
         if self.device.type == "neuron" and out.dtype in dtype_policy.EMULATED and out.dtype != self.dtype and not dtype_policy.exact():
             dtype_policy.narrow_output_(out)
-        result = wrap_host(out)
+        result = wrap_host(out, index=index)
     else:
         ERRORS.raise_pending()
         kind = "copy_d2h"
@@ -226,7 +221,7 @@ def resize_(self: torch.Tensor, size, memory_format=None) -> torch.Tensor:
     if need <= have:
         repoint(self, None, size, strides, self.storage_offset())
         return self
-    block = state.allocator().allocate(need)
+    block = state.allocator(self.get_device()).allocate(need)
     if have:
         torch.empty(0, dtype=torch.uint8).set_(block.host)[:have].copy_(
             torch.empty(0, dtype=torch.uint8).set_(block_of(self).host)[:have]
@@ -261,7 +256,7 @@ def set_source_storage_offset(self, source, storage_offset, size, stride=()):
 
 
 def set_empty(self: torch.Tensor) -> torch.Tensor:
-    blk = state.allocator().allocate(0)
+    blk = state.allocator(self.get_device()).allocate(0)
     repoint(self, blk, [0], [1], 0)
     return self
 

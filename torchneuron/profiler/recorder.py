@@ -210,7 +210,7 @@ class _Fanout:
             outs = tuple(_summarise(o, 1) for o in outputs)
         else:
             outs = (_summarise(outputs, 1),)
-        stream = getattr(_queue._tls, "stream", _queue._default_stream).stream_id
+        stream = _queue.current_stream().stream_id
         tid = threading.get_native_id()
         for s in self.sessions:
             s._add(kind, name, ins, outs, start_ns, end_ns, stream, tid)

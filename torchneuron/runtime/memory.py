@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
+from functools import partial
 
 import torch
 
@@ -129,18 +130,20 @@ class NativeAccounts:
     """The allocator's figures in the C++ fast-kernel module, which adopts kernel results as
     device memory without entering Python and accounts for them in the same numbers."""
 
-    def __init__(self, module) -> None:
-        self.alloc = module.account_alloc
-        self.free = module.account_free
-        self.unreserve = module.account_unreserve
-        self.get = module.account_get
-        self.reset_peak = module.account_reset_peak
-        self.reset_counts = module.account_reset_counts
-        self.set_capacity = module.set_capacity
+    def __init__(self, module, index: int = 0) -> None:
+        self.alloc = partial(module.account_alloc, index)
+        self.free = partial(module.account_free, index)
+        self.unreserve = partial(module.account_unreserve, index)
+        self.get = partial(module.account_get, index)
+        self.reset_peak = partial(module.account_reset_peak, index)
+        self.reset_counts = partial(module.account_reset_counts, index)
+        self.set_capacity = partial(module.set_capacity, index)
 
 
 class DeviceAllocator:
-    def __init__(self, capacity: int, cache_limit: int | None = None, accounts=None):
+    def __init__(self, capacity: int, cache_limit: int | None = None, accounts=None, index: int = 0):
+        self.index = index  # the logical core whose memory this is
+        self.device = torch.device("neuron", index)
         self.accounts = PyAccounts() if accounts is None else accounts
         self.capacity = capacity
         if cache_limit is None:
@@ -203,7 +206,7 @@ class DeviceAllocator:
         self.num_ooms += 1
         free = max(0, self.capacity - reserved)
         raise torch.OutOfMemoryError(
-            f"neuron out of memory: tried to allocate {_fmt_bytes(nbytes)} on neuron:0 "
+            f"neuron out of memory: tried to allocate {_fmt_bytes(nbytes)} on neuron:{self.index} "
             f"(simulated {self._target_name()} logical NeuronCore with {_fmt_bytes(self.capacity)} "
             f"of HBM; {_fmt_bytes(self.allocated)} allocated by live tensors, "
             f"{_fmt_bytes(reserved)} reserved, {_fmt_bytes(free)} free). "
@@ -327,7 +330,7 @@ class DeviceAllocator:
             ("Cached (free) blocks", s["inactive_split_bytes.all.current"], None),
         ]
         width = 75
-        out = ["=" * width, f" neuron:0 memory summary — simulated {target_name}, capacity "
+        out = ["=" * width, f" neuron:{self.index} memory summary — simulated {target_name}, capacity "
                f"{_fmt_bytes(self.capacity)}".ljust(width), "-" * width,
                f" {'Metric':<28}{'Current':>20}{'Peak':>20}", "-" * width]
         for name, cur, peak in rows:

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 import torch
 
-from . import lazy
+from . import devices, lazy
 from .errors import ERRORS
 
 _DEVICE_TYPE = int(torch._C._autograd.DeviceType.PrivateUse1)
@@ -42,14 +42,13 @@ class Stream(torch.Stream):
         stream_id = kwargs.get("stream_id")
         if stream_id is None:
             stream_id = next(_ids)
-        index = 0
-        if device is not None:
-            dev = torch.device(device) if not isinstance(device, int) else torch.device("neuron", device)
-            if dev.type != "neuron":
-                raise ValueError(f"a neuron Stream needs a neuron device, got {dev}")
-            index = dev.index or 0
-            if index != 0:
-                raise ValueError(f"neuron:{index} does not exist: this process has one device, neuron:0")
+        index = kwargs.get("device_index")
+        if index is None:
+            if device is not None and not isinstance(device, int):
+                dev = torch.device(device)
+                if dev.type != "neuron":
+                    raise ValueError(f"a neuron Stream needs a neuron device, got {dev}")
+            index = devices.index_of(device)
         self = super().__new__(cls, stream_id=stream_id, device_index=index, device_type=_DEVICE_TYPE)
         self._priority = priority
         return self
@@ -84,37 +83,61 @@ class Stream(torch.Stream):
         return event
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, torch.Stream) and other.stream_id == self.stream_id and other.device_type == self.device_type
+        return (
+            isinstance(other, torch.Stream)
+            and other.stream_id == self.stream_id
+            and other.device_type == self.device_type
+            and other.device_index == self.device_index
+        )
 
     def __hash__(self) -> int:
-        return hash((self.stream_id, _DEVICE_TYPE))
+        return hash((self.stream_id, self.device_index, _DEVICE_TYPE))
 
     def __repr__(self) -> str:
-        return f"torch.neuron.Stream(device=neuron:0 stream_id={self.stream_id} priority={self._priority})"
+        return (f"torch.neuron.Stream(device=neuron:{self.device_index} stream_id={self.stream_id} "
+                f"priority={self._priority})")
 
 
-_default_stream = Stream(stream_id=0)
+_default_streams: dict[int, Stream] = {}
 _tls = threading.local()
 
 
 def default_stream(device=None) -> Stream:
-    return _default_stream
+    """The default stream of ``device``'s core (the current core's by default)."""
+    index = devices.index_of(device)
+    s = _default_streams.get(index)
+    if s is None:
+        s = _default_streams.setdefault(index, Stream(stream_id=0, device_index=index))
+    return s
+
+
+def _current_streams() -> dict[int, Stream]:
+    streams = getattr(_tls, "streams", None)
+    if streams is None:
+        streams = _tls.streams = {}
+    return streams
 
 
 def current_stream(device=None) -> Stream:
-    return getattr(_tls, "stream", _default_stream)
+    """The calling thread's current stream on ``device``'s core (the current core's by default)."""
+    index = devices.index_of(device)
+    s = _current_streams().get(index)
+    return s if s is not None else default_stream(index)
 
 
 def set_stream(stream: torch.Stream | None) -> None:
+    """Make ``stream`` the calling thread's current stream on its core."""
     if stream is None:
         return
     if not isinstance(stream, Stream):
         if getattr(stream, "device_type", None) != _DEVICE_TYPE:
             raise ValueError(f"set_stream: {stream} is not a neuron stream")
-        stream = Stream(stream_id=stream.stream_id)
-    if lazy.FLUSH is not None and stream != current_stream():
+        stream = Stream(stream_id=stream.stream_id, device_index=stream.device_index)
+    if lazy.FLUSH is not None and stream != current_stream(stream.device_index):
         lazy.FLUSH()  # adaptive eager: recorded work keeps the order of the stream it was launched on
-    _tls.stream = stream
+    _current_streams()[stream.device_index] = stream
+    if stream.device_index != devices.current():
+        devices.set_current(stream.device_index)  # as torch.cuda.set_stream: its core becomes current
 
 
 @contextmanager
@@ -123,12 +146,14 @@ def stream(s: torch.Stream | None):
     if s is None:
         yield
         return
-    prev = current_stream()
+    prev_src = current_stream()  # the current core's stream, restored last (and the core with it)
+    prev_dst = current_stream(s.device_index)
     set_stream(s)
     try:
         yield
     finally:
-        set_stream(prev)
+        set_stream(prev_dst)
+        set_stream(prev_src)
 
 
 class Event:

@@ -10,6 +10,9 @@ the bytes live exactly as long as the last tensor, view or shallow copy using th
 (no copy), which is what kernels compute on. ``wrap_host(h)`` adopts a CPU tensor that a kernel
 produced as a new device allocation (no copy). ``view_of(base, h)`` makes a device view of
 ``base`` with the geometry of ``h``, a host view of ``base``'s bytes.
+
+A tensor lives on the core whose allocator owns its block (``block.allocator.index``); the
+functions that make new memory take the core's index (default ``neuron:0``).
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ from ..native import fast
 from . import lazy, state
 from .memory import Block, round_size
 
-DEVICE = torch.device("neuron", 0)
 _CPU_KEYS = DispatchKeySet(DispatchKey.CPU)
 _META_KEYS = DispatchKeySet(DispatchKey.Meta)
 _set_storage = torch.ops.aten.set_.source_Storage_storage_offset
@@ -31,15 +33,24 @@ _construct_storage = torch._C._construct_storage_from_data_pointer
 _BLOCK = "_neuron_block"
 
 
+def _shell(dtype: torch.dtype, index: int) -> torch.Tensor:
+    """A 0-byte ``neuron:index`` tensor, to be pointed at device memory."""
+    if index == 0:
+        return _create_empty((0,), dtype)
+    from ..native import _state as native_state
+
+    return native_state["module"].empty(dtype, index)  # other cores exist only with the hooks
+
+
 def _device_storage_for(block: Block) -> torch.UntypedStorage:
-    st = _construct_storage(block.host.data_ptr(), DEVICE, block.nbytes)
+    st = _construct_storage(block.host.data_ptr(), block.allocator.device, block.nbytes)
     st.__dict__[_BLOCK] = block
     return st
 
 
 def device_tensor(block: Block, dtype: torch.dtype, size, stride, offset: int = 0) -> torch.Tensor:
-    """A new ``neuron`` tensor over ``block`` with the given geometry."""
-    t = _create_empty((0,), dtype)
+    """A new ``neuron`` tensor over ``block`` (on the block's core) with the given geometry."""
+    t = _shell(dtype, block.allocator.index)
     _set_storage._handle.redispatch_boxed(_CPU_KEYS, t, _device_storage_for(block), offset, size, stride)
     return t
 
@@ -61,7 +72,8 @@ def storage_block(st: torch.UntypedStorage) -> Block | None:
         hs = fast.host_storage(st)  # the kernel's result storage: host aliases keep it alive
         if hs is not None:
             nbytes = st.nbytes()
-            block = Block(hs, nbytes, round_size(nbytes), state.allocator(), cacheable=False, counted=False)
+            block = Block(hs, nbytes, round_size(nbytes), state.allocator(st.device.index or 0), cacheable=False,
+                          counted=False)
             st.__dict__[_BLOCK] = block
     return block
 
@@ -143,18 +155,23 @@ _set_boxed = _set_storage._handle.redispatch_boxed
 _allocator = None
 
 
-def wrap_host(h: torch.Tensor, counted: bool = True) -> torch.Tensor:
-    """Adopt the host tensor ``h`` (computed by a kernel) as device memory, without a copy
-    (``counted=False``: a staging buffer outside the memory statistics, see ``adopt``)."""
+def wrap_host(h: torch.Tensor, counted: bool = True, index: int = 0) -> torch.Tensor:
+    """Adopt the host tensor ``h`` (computed by a kernel) as device memory of core ``index``,
+    without a copy (``counted=False``: a staging buffer outside the memory statistics, see
+    ``adopt``)."""
     global _allocator
-    if _allocator is None:
-        _allocator = state.allocator()
+    if index:
+        alloc = state.allocator(index)
+    else:
+        if _allocator is None:
+            _allocator = state.allocator()
+        alloc = _allocator
     hs = h.untyped_storage()
     nbytes = hs.nbytes()
-    block = _allocator.adopt(hs, nbytes, counted)
+    block = alloc.adopt(hs, nbytes, counted)
     dtype = h.dtype
-    t = _create_empty((0,), dtype)
-    st = _construct_storage(hs.data_ptr(), DEVICE, nbytes)
+    t = _create_empty((0,), dtype) if not index else _shell(dtype, index)
+    st = _construct_storage(hs.data_ptr(), alloc.device, nbytes)
     st.__dict__[_BLOCK] = block
     size, stride, offset = h.shape, h.stride(), h.storage_offset()
     _set_boxed(_CPU_KEYS, t, st, offset, size, stride)
@@ -168,14 +185,15 @@ def wrap_host(h: torch.Tensor, counted: bool = True) -> torch.Tensor:
     return t
 
 
-def empty_device(size, stride, dtype: torch.dtype) -> torch.Tensor:
-    """An uninitialised device tensor with the given geometry, from the caching allocator."""
+def empty_device(size, stride, dtype: torch.dtype, index: int = 0) -> torch.Tensor:
+    """An uninitialised tensor on core ``index`` with the given geometry, from its caching
+    allocator."""
     if all(s > 0 for s in size):
         numel_span = 1 + sum((s - 1) * st for s, st in zip(size, stride, strict=True))
     else:
         numel_span = 0
     nbytes = numel_span * torch._utils._element_size(dtype)
-    block = state.allocator().allocate(nbytes)
+    block = state.allocator(index).allocate(nbytes)
     return device_tensor(block, dtype, size, stride, 0)
 
 
@@ -193,6 +211,6 @@ def view_of(base: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
 
 def _retyped(base: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """A device tensor sharing ``base``'s storage but with another element type (offset 0)."""
-    t = _create_empty((0,), dtype)
+    t = _shell(dtype, base.device.index or 0)
     _set_storage._handle.redispatch_boxed(_CPU_KEYS, t, base.untyped_storage(), 0, (0,), (1,))
     return t
