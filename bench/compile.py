@@ -4,18 +4,23 @@ For a GPT-2-style language model (4 layers, d=256, 4 heads, seq 128) and ResNet-
 (torchvision, 64×64 images), prints the median step time of inference and of training
 (forward + backward + SGD step) compiled with ``backend="neuron"`` on the ``neuron`` device and
 with the default Inductor backend on the CPU, and their ratio (neuron / Inductor; goal ≤ 1.0).
-Then the time to the first compiled training step of the LM with an empty cache (cold) and
-with the disk cache filled (warm, Dynamo and the in-memory caches reset; goal ≤ 10% of cold).
+Then the time to the first compiled training step of the LM (``torch.compile`` call, forward,
+backward), each in a new process: with empty caches (cold) and again with the caches the cold
+process filled (warm; goal ≤ 10% of cold), by default (torchneuron's executable cache) and with
+``TORCHNEURON_PRECOMPILE=1`` (Dynamo's caching precompile stores the traced and compiled frames
+too).
 
-    python bench/compile.py [--steps 10] [--warmup 10] [--only lm|resnet]
+    python bench/compile.py [--steps 10] [--warmup 10] [--only lm|resnet] [--no-first-step]
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -91,18 +96,35 @@ def measure(model, x, y, loss_fn, dev: str, backend: str, train: bool, steps: in
     return time_steps(step, dev, steps, warmup)
 
 
-def first_step_seconds(model, x, y, loss_fn) -> float:
-    from torchneuron.compiler import cache, lowering
+def first_step_child() -> None:
+    """In a new process: the LM's first compiled training step, as JSON on stdout."""
+    from torchneuron.compiler import get_metrics
 
-    torch._dynamo.reset()
-    cache.CACHE.clear_memory()
-    lowering._cache.clear()
-    m = copy.deepcopy(model).to("neuron").train()
-    compiled = torch.compile(m, backend="neuron")
+    _, model, x, y, loss_fn = lm_case()
+    m = model.to("neuron").train()
+    xd, yd = x.to("neuron"), y.to("neuron")
     t0 = time.perf_counter()
-    loss_fn(compiled(x.to("neuron")), y.to("neuron")).backward()
+    compiled = torch.compile(m, backend="neuron")
+    loss_fn(compiled(xd), yd).backward()
     torch.neuron.synchronize()
-    return time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
+    met = get_metrics()
+    print(json.dumps({"seconds": seconds, "graphs_compiled": met["graphs_compiled"],
+                      "loaded": met["precompiled_graphs_loaded"]}))
+
+
+def first_steps(precompile: bool) -> tuple[dict, dict]:
+    """(cold, warm) first training steps of the LM, each in a new process sharing cache dirs."""
+    with tempfile.TemporaryDirectory() as d:
+        env = dict(os.environ, TORCHNEURON_CACHE_DIR=os.path.join(d, "neuron"),
+                   TORCHINDUCTOR_CACHE_DIR=os.path.join(d, "inductor"),
+                   TORCHNEURON_PRECOMPILE="1" if precompile else "0")
+        runs = []
+        for _ in range(2):
+            out = subprocess.run([sys.executable, __file__, "--first-step-child"], capture_output=True,
+                                 text=True, env=env, check=True)
+            runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return runs[0], runs[1]
 
 
 def main() -> None:
@@ -110,9 +132,13 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=10)  # covers the IREE driver choice (8 calls)
     ap.add_argument("--only", choices=["lm", "resnet"])
+    ap.add_argument("--no-first-step", action="store_true", help="skip the cold/warm first-step runs")
+    ap.add_argument("--first-step-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.first_step_child:
+        first_step_child()
+        return
     import torchneuron.compiler  # noqa: F401 - registers the backend (the entry point does too)
-    from torchneuron.compiler import get_metrics
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, "
           f"IREE driver {os.environ.get('TORCHNEURON_IREE_DRIVER', 'auto')}")
@@ -126,15 +152,14 @@ def main() -> None:
             mode = "train" if train else "inference"
             print(f"{name:44} {mode:9} {neuron * 1e3:10.1f} {inductor * 1e3:12.1f} {neuron / inductor:7.2f}",
                   flush=True)
-    if args.only in (None, "lm"):
-        name, model, x, y, loss_fn = lm_case()
-        with tempfile.TemporaryDirectory() as d:
-            os.environ["TORCHNEURON_CACHE_DIR"] = d
-            cold = first_step_seconds(model, x, y, loss_fn)
-            warm = first_step_seconds(model, x, y, loss_fn)
-        print(f"first training step of the LM: cold cache {cold:.1f} s, warm cache {warm:.2f} s "
-              f"({100 * warm / cold:.0f}% of cold); compile seconds in this run "
-              f"{get_metrics()['compile_seconds']:.1f}")
+    if args.only in (None, "lm") and not args.no_first_step:
+        for precompile in (False, True):
+            cold, warm = first_steps(precompile)
+            label = "TORCHNEURON_PRECOMPILE=1" if precompile else "default"
+            print(f"first training step of the LM ({label}), new processes: cold {cold['seconds']:.1f} s "
+                  f"({cold['graphs_compiled']} graphs compiled), warm {warm['seconds']:.2f} s "
+                  f"({warm['graphs_compiled']} compiled, {warm['loaded']} loaded) = "
+                  f"{100 * warm['seconds'] / cold['seconds']:.0f}% of cold", flush=True)
 
 
 if __name__ == "__main__":

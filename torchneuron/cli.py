@@ -39,6 +39,8 @@ def _run_profile_report(ns: argparse.Namespace) -> int:
 
 def _add_cache(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=("list", "stats", "clear"), help="what to do with the on-disk executable cache")
+    p.add_argument("--precompile", action="store_true",
+                   help="with clear: also remove Dynamo's stored packages (TORCHNEURON_PRECOMPILE=1)")
 
 
 def _run_cache(ns: argparse.Namespace) -> int:
@@ -70,6 +72,11 @@ def _run_cache(ns: argparse.Namespace) -> int:
             print(f"removed {n} lowered regions from {LOWERED.root}")
         if verdicts.clear():
             print(f"forgot the remembered lowering verdicts ({verdicts.path().name})")
+        if ns.precompile:
+            from .compiler import precompile
+
+            n = precompile.clear()
+            print(f"removed {n} precompiled packages from {precompile.dynamo_cache_dir()}")
     return 0
 
 

@@ -19,6 +19,7 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
+from . import precompile
 from .errors import NeuronCompilationError
 from .graph_compiler import compile_graph
 from .passes import decompositions
@@ -28,6 +29,9 @@ _DEFAULT_MODES = (None, "default")
 
 
 def _graph_compiler(kind: str, options: CompileOptions):
+    if precompile.enabled():  # results that Dynamo's caching precompile can store
+        return precompile.serializable_compiler(kind, lambda gm, _: compile_graph(gm, kind, options))
+
     def compiler(gm: torch.fx.GraphModule, example_inputs):
         return make_boxed_func(compile_graph(gm, kind, options))
 
@@ -99,3 +103,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode: str | None = 
     if any(_is_symbolic(x) for x in example_inputs):
         return _PerShape(gm, opts)
     return _aot_backend(opts)(gm, example_inputs)
+
+
+if precompile.requested():
+    precompile.enable()  # before torch.compile wraps the model: that is when packages load

@@ -201,8 +201,14 @@ class Program:
         driver = settings.runtime_driver()
         drivers = _AUTO_DRIVERS if driver == "auto" else (driver,)
         self.name = name
+        self.vmfb = vmfb
         self.contexts = [_Context(_runtime(d), vmfb) for d in drivers]
         self.lock = threading.Lock()  # a VM context is not re-entrant
+
+    def __reduce__(self):
+        # pickled as its bytes: loading it again in another process is the whole rebuild
+        # (caching precompile, precompile.py)
+        return (Program, (self.vmfb, self.name))
 
 
 class _Loaded:
@@ -227,11 +233,15 @@ class Executable:
             program = Program(program, name)
         self.name = name
         self.program = program
+        self._args = (list(in_dtypes), list(out_dtypes), name, function)
         self._candidates = [_Loaded(ctx, function, name) for ctx in program.contexts]
         self._calls = 0
         self._in_cast = [boundary_dtype(d) if boundary_dtype(d) != d else None for d in in_dtypes]
         self._out_dtypes = list(out_dtypes)
         self._lock = program.lock
+
+    def __reduce__(self):
+        return (Executable, (self.program, *self._args))
 
     @property
     def driver(self) -> str | None:

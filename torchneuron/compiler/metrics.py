@@ -35,7 +35,9 @@ class GraphRecord:
 
 _graphs: dict[str, GraphRecord] = {}
 _totals = {"graphs_compiled": 0, "cache_hits": 0, "cache_misses": 0, "compile_seconds": 0.0,
-           "fallbacks": 0, "corrupt_cache_entries": 0, "eager_after_split": 0, "lowering_cache_hits": 0}
+           "fallbacks": 0, "corrupt_cache_entries": 0, "eager_after_split": 0, "lowering_cache_hits": 0,
+           # caching precompile (precompile.py): graphs rebuilt from Dynamo's cache, time to rebuild and save
+           "precompiled_graphs_loaded": 0, "precompile_load_seconds": 0.0, "precompile_save_seconds": 0.0}
 
 
 def new_graph(graph_id: str, kind: str) -> GraphRecord:

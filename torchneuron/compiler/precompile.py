@@ -1,0 +1,224 @@
+"""Compiled models that start warm in a new process: the neuron backend under Dynamo's caching
+precompile (``TORCHNEURON_PRECOMPILE=1``, opt-in).
+
+Without it, a new process finds every executable in torchneuron's disk cache (nothing is compiled
+again) but still pays Dynamo's bytecode analysis, AOTAutograd's joint tracing and partitioning,
+and torchneuron's own passes: most of a warm first step. PyTorch 2.14's *caching precompile*
+(``torch._dynamo.config.caching_precompile``) stores all of that: Dynamo's transformed bytecode
+and guards per function, and the backend's compiled forward/backward graphs (AOTAutograd's
+bundled cache). A backend takes part by handing AOTAutograd ``SerializableAOTDispatchCompiler``
+compilers whose results are :class:`~torch._inductor.output_code.OutputCode` objects, which is
+what :class:`NeuronOutputCode` is: the graph ``graph_compiler.compile_graph`` returns, pickled
+with its programs' ``.vmfb`` bytes (``executable.Program`` pickles as its bytes and name) and
+rebuilt — programs loaded, nothing traced or compiled — in the new process.
+
+With the switch on, :func:`enable` (called when the backend is first looked up, i.e. by
+``torch.compile(..., backend="neuron")`` before it wraps the model) turns on caching precompile,
+compiles the backward graph together with the forward one (so that one save holds both) and tags
+AOTAutograd's cache keys with torchneuron's version, the compiler's version and the target (the
+keys ignore the backend otherwise). After a newly compiled frame first runs, its package is
+written to PyTorch's dynamo cache (``<TORCHINDUCTOR_CACHE_DIR>/dynamo``, default
+``/tmp/torchinductor_<user>/dynamo``); ``torch.compile`` then loads it in the next process.
+
+PyTorch 2.14 keys a package by the compiled function's qualified name and first line only
+(``CompilePackage.source_id_from_fn``): two models whose ``forward`` is the same function (two
+``nn.Sequential``, two configurations of one Hugging Face class), or two scripts' ``step``
+functions on the same line, would share an entry, and Dynamo cannot recompile a frame after a
+package load (a guard failure then ends in ``AssertionError: Name '__builtins_dict___0' already
+exists in scope``). :func:`enable` therefore adds the function's file and, for a module's
+``forward``, the module's structure (its ``repr``, class and parameter/buffer shapes, dtypes and
+devices) to that key, and starts Dynamo's counter of generated global names at a random offset
+in each process, so that a frame recompiled after a load (a new input shape) does not reuse a
+name the loaded package already installed, which is what that error is. See docs/compile.md for
+what remains; ``torchneuron cache clear --precompile`` removes the packages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import pickle
+import secrets
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch._inductor.output_code import OutputCode
+
+from . import metrics
+
+_TRUE = ("1", "true", "True", "yes", "on")
+
+
+def requested() -> bool:
+    """``TORCHNEURON_PRECOMPILE=1``."""
+    return os.environ.get("TORCHNEURON_PRECOMPILE", "0") in _TRUE
+
+
+def cache_tag() -> str:
+    """What AOTAutograd's cache keys must include for torchneuron's compiled graphs to be reused:
+    torchneuron's version, the compiler's version and the target."""
+    import torchneuron
+
+    from ..runtime import state
+    from .executable import compiler_version
+
+    return f"torchneuron-{torchneuron.__version__}/{compiler_version()}/{state.target().name}"
+
+
+_enabled = False
+
+
+def enable() -> None:
+    """Turn on Dynamo's caching precompile for the neuron backend (idempotent)."""
+    global _enabled
+    if _enabled:
+        return
+    import torch._dynamo.config as dynamo_config
+    import torch._functorch.config as functorch_config
+
+    _key_packages_by_model()
+    _unique_global_names()
+    dynamo_config.caching_precompile = True
+    functorch_config.bundled_autograd_cache = True
+    functorch_config.force_non_lazy_backward_lowering = True  # one save holds forward and backward
+    tag = cache_tag()
+    current = torch.compiler.config.cache_key_tag
+    if tag not in current:
+        torch.compiler.config.cache_key_tag = f"{current}|{tag}" if current else tag
+    _enabled = True
+
+
+def module_fingerprint(module: torch.nn.Module) -> str:
+    """What tells two models with the same ``forward`` apart: class, structure and the shapes,
+    dtypes and devices of their parameters and buffers."""
+    h = hashlib.sha256()
+    h.update(f"{type(module).__module__}.{type(module).__qualname__}\n{module!r}\n".encode())
+    for name, t in (*module.named_parameters(), *module.named_buffers()):
+        h.update(f"{name}:{tuple(t.shape)}:{t.dtype}:{t.device}\n".encode())
+    return h.hexdigest()
+
+
+def _key_packages_by_model() -> None:
+    """Make Dynamo's package key name the file and, for a module's ``forward``, the model."""
+    from torch._dynamo.eval_frame import innermost_fn
+    from torch._dynamo.package import CompilePackage
+
+    original = CompilePackage.source_id_from_fn
+    if getattr(original, "_torchneuron", False):
+        return
+
+    def source_id_from_fn(fn) -> str:
+        key = original(fn)
+        inner = innermost_fn(fn)
+        code = getattr(inner, "__code__", None)
+        extra = [getattr(code, "co_filename", "")]
+        owner = getattr(inner, "__self__", None)
+        if isinstance(owner, torch.nn.Module):
+            extra.append(module_fingerprint(owner))
+        return hashlib.sha256("\n".join([key, *extra]).encode()).hexdigest()
+
+    source_id_from_fn._torchneuron = True  # type: ignore[attr-defined]
+    CompilePackage.source_id_from_fn = staticmethod(source_id_from_fn)  # type: ignore[method-assign]
+
+
+def _unique_global_names() -> None:
+    """Dynamo names the globals it installs in a module ``<prefix>_<n>`` from a process-wide
+    counter starting at 0; a loaded package installs the names of the process that saved it,
+    so a frame compiled after the load gets ``__builtins_dict___0`` again and Dynamo stops with
+    "already exists in scope". Counting from a random 40-bit offset keeps the names of different
+    processes apart."""
+    from torch._dynamo import bytecode_transformation
+
+    bytecode_transformation._unique_id_counter = itertools.count(secrets.randbits(40))
+
+
+def enabled() -> bool:
+    return _enabled
+
+
+def dynamo_cache_dir() -> Path:
+    """Where PyTorch keeps the packages (``<TORCHINDUCTOR_CACHE_DIR>/dynamo``)."""
+    from torch._dynamo.package import DynamoCache
+
+    return Path(DynamoCache.path_prefix())
+
+
+def clear() -> int:
+    """Remove every stored package; the number removed."""
+    d = dynamo_cache_dir()
+    n = sum(1 for _ in d.iterdir()) if d.is_dir() else 0
+    shutil.rmtree(d, ignore_errors=True)
+    return n
+
+
+_unsaved = False  # a frame compiled in this process whose package is not written yet
+
+
+def _save() -> None:
+    """Write the packages of the frames compiled so far (after one of them first ran: its
+    package is complete by then)."""
+    global _unsaved
+    _unsaved = False
+    from torch._dynamo.precompile_context import PrecompileContext
+
+    t0 = time.perf_counter()
+    PrecompileContext.save_to_dynamo_cache()
+    metrics.count("precompile_save_seconds", time.perf_counter() - t0)
+
+
+class NeuronOutputCode(OutputCode):
+    """A graph compiled by torchneuron, in the form AOTAutograd's bundled cache stores.
+
+    ``fn`` is the callable ``compile_graph`` returned (a GraphModule whose regions call compiled
+    programs). Serialised, it is that GraphModule pickled — programs as their ``.vmfb`` bytes —
+    and :meth:`post_compile` loads it again."""
+
+    def __init__(self, fn: Any, kind: str):
+        super().__init__()
+        self._boxed_call = True
+        self.fn = fn
+        self.kind = kind
+        self.blob: bytes | None = None
+        self._ran = False
+
+    def __call__(self, inputs: list) -> Any:
+        args = list(inputs)
+        inputs.clear()  # boxed calling convention: the callee owns (and frees) the inputs
+        out = self.fn(*args)
+        if not self._ran:
+            self._ran = True
+            if _unsaved and self.kind != "backward":
+                _save()
+        return out
+
+    def prepare_for_serialization(self) -> None:
+        # runs on a shallow copy of this object: the live ``fn`` stays with the original
+        self.blob = pickle.dumps(self.fn)
+        self.fn = None
+
+    def post_compile(self, example_inputs, constants, graph_kwargs) -> None:
+        if self.fn is None and self.blob is not None:  # loaded from the cache
+            t0 = time.perf_counter()
+            self.fn = pickle.loads(self.blob)
+            metrics.count("precompile_load_seconds", time.perf_counter() - t0)
+            metrics.count("precompiled_graphs_loaded")
+
+    def set_triton_bundle(self, triton_bundle: Any) -> None:
+        return None
+
+
+def serializable_compiler(kind: str, compile_fn):
+    """``compile_fn(gm, example_inputs)`` as an AOTAutograd compiler whose results the bundled
+    cache can store."""
+    from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler
+
+    def compiler(gm: torch.fx.GraphModule, example_inputs):
+        global _unsaved
+        _unsaved = True
+        return NeuronOutputCode(compile_fn(gm, example_inputs), kind)
+
+    return SerializableAOTDispatchCompiler(OutputCode, compiler)
