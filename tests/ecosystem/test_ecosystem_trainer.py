@@ -68,7 +68,6 @@ def test_trainer_default_pin_memory(tmp_path):
     Trainer(model=gpt2_lm(), args=args, train_dataset=TokenDataset(n=8)).train()
 
 
-@pytest.mark.slow
 def test_trainer_torch_compile_uses_neuron_backend(tmp_path, monkeypatch):
     pytest.importorskip("torch_mlir", reason="the compile extra is not installed")
     pytest.importorskip("iree.compiler", reason="the compile extra is not installed")
