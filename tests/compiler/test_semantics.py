@@ -170,3 +170,26 @@ def test_open_ended_slices_compile_with_a_clamped_end():
     torch.testing.assert_close(xd.grad.cpu(), x.grad, rtol=1e-5, atol=1e-5)
     for graph in get_metrics()["graphs"].values():
         assert "eager" not in graph["placement"].values(), graph["placement"]
+
+
+def test_ties_in_topk_and_sort_resolve_as_on_cpu():
+    """An MoE router over tied scores (a zero-initialised gate: every score 0.5) must pick the
+    experts eager mode and the CPU pick; the compiled code's top-k breaks ties by index, the CPU
+    kernel by its own algorithm, so tie-order operators run eagerly between the regions."""
+
+    def route(logits, bias):
+        scores = torch.sigmoid(logits)
+        _, chosen = torch.topk(scores + bias, k=2, dim=1)
+        order = torch.sort(scores * 2, dim=1, stable=False).indices
+        return scores.gather(1, chosen) * 3, chosen, order
+
+    logits = torch.zeros(6, 4)
+    logits[3] = torch.tensor([0.1, 0.0, 0.1, -0.2])  # partial ties too
+    bias = torch.zeros(4)
+    ref = route(logits, bias)
+    got = torch.compile(route, backend="neuron")(logits.to(DEVICE), bias.to(DEVICE))
+    for g, r in zip(got, ref, strict=True):
+        assert torch.equal(g.cpu(), r)
+    (graph,) = get_metrics()["graphs"].values()
+    placed = {name.split("_")[0]: where for name, where in graph["placement"].items()}
+    assert placed["topk"] == "eager" and placed["sort"] == "eager" and placed["sigmoid"] != "eager"

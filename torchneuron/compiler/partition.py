@@ -1,7 +1,11 @@
 """Splitting a graph into compiled regions and nodes that run eagerly on the device.
 
 A node joins a compiled region when the lowering supports it (``lowering.node_lowers``: the
-node alone lowers to StableHLO) and it is not a random op (``passes.is_random``). Connected
+node alone lowers to StableHLO), it is not a random op (``passes.is_random``) and its result
+does not depend on how ties are broken (``TIE_ORDER_OPS``: ``topk``, ``sort`` … return the
+indices of equal values in an order that is the CPU kernel's algorithm's, which the compiled
+code cannot reproduce; an MoE router whose scores tie, as with zero-initialised gates, would pick
+other experts than eager mode and the CPU do). Connected
 supported nodes are grouped by ``propose_regions`` into ``fused_<n>`` submodules;
 every other node stays in the outer graph and runs through the device's eager kernels: the
 operators of ``library.LIBRARY_OPS`` (convolutions) by choice, as library kernels, the rest
@@ -27,10 +31,20 @@ from .passes import is_random
 
 REGION_PREFIX = "fused_"
 
+_aten = torch.ops.aten
+# selection operators whose index results for tied values follow the host kernel's algorithm
+TIE_ORDER_OPS = frozenset({_aten.topk, _aten.sort, _aten.argsort, _aten.kthvalue, _aten.mode,
+                           _aten.median, _aten.nanmedian})
+
+
+def depends_on_tie_order(node: fx.Node) -> bool:
+    target = node.target
+    return isinstance(target, torch._ops.OpOverload) and target.overloadpacket in TIE_ORDER_OPS
+
 
 class LoweringSupport(OperatorSupportBase):
-    """Supported = lowers to StableHLO on its own, is not a random op and, with
-    ``library=True``, is not one of the library kernels' operators."""
+    """Supported = lowers to StableHLO on its own, is not a random op, does not depend on the
+    order of ties and, with ``library=True``, is not one of the library kernels' operators."""
 
     def __init__(self, library: bool = True):
         self.library = library
@@ -38,7 +52,8 @@ class LoweringSupport(OperatorSupportBase):
     def candidate(self, node: fx.Node) -> bool:
         """A node whose support is decided by whether it lowers."""
         return node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
-            and not is_random(node) and not (self.library and is_library_node(node))
+            and not is_random(node) and not depends_on_tie_order(node) \
+            and not (self.library and is_library_node(node))
 
     def is_node_supported(self, submodules, node: fx.Node) -> bool:
         if node.op == "call_function" and node.target is operator.getitem:
@@ -50,7 +65,7 @@ class LoweringSupport(OperatorSupportBase):
 @dataclass
 class Placement:
     regions: dict[str, list[str]] = field(default_factory=dict)  # region -> "node: op" lines
-    eager: list[str] = field(default_factory=list)  # outside the regions: not lowerable, random, alone
+    eager: list[str] = field(default_factory=list)  # outside: not lowerable, random, tie order, alone
     library: list[str] = field(default_factory=list)  # outside the regions: library kernels
 
     def by_node(self) -> dict[str, str]:
