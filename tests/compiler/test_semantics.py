@@ -193,3 +193,17 @@ def test_ties_in_topk_and_sort_resolve_as_on_cpu():
     (graph,) = get_metrics()["graphs"].values()
     placed = {name.split("_")[0]: where for name, where in graph["placement"].items()}
     assert placed["topk"] == "eager" and placed["sort"] == "eager" and placed["sigmoid"] != "eager"
+
+
+def test_a_float_argument_that_changes_is_specialised_per_value():
+    """After a second shape Dynamo passes changing Python floats as 0-d tensors read with
+    ``.item()`` in the graph (torchvision's ``remove_small_boxes(boxes, min_size)`` in detection
+    models); each value compiles its own graph instead of failing with a data-dependent error."""
+
+    def f(x, s):
+        return (x * s).sum() + (x >= s).sum()
+
+    c = torch.compile(f, backend="neuron")
+    for n, s in ((5, 0.5), (7, 0.25), (9, 0.125), (9, 0.5), (7, 0.25)):
+        x = torch.linspace(0, 1, n)
+        torch.testing.assert_close(c(x.to(DEVICE), s).cpu(), f(x, s))

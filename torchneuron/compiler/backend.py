@@ -12,6 +12,7 @@ compile eagerly on the device, with a warning.
 
 from __future__ import annotations
 
+import copy
 import threading
 import warnings
 
@@ -57,27 +58,49 @@ def _is_symbolic(x) -> bool:
 
 class _PerShape:
     """Dynamo marked some sizes dynamic after seeing a second shape (automatic dynamic
-    shapes): compile a specialised graph for each concrete shape, as the chip needs."""
+    shapes): compile a specialised graph for each concrete shape, as the chip needs.
+
+    Python floats that changed between calls arrive as 0-d tensor inputs read with ``.item()``
+    inside the graph (Dynamo's ``specialize_float=False``); AOTAutograd cannot trace that read
+    with static shapes (``DataDependentOutputException``), so each such value is specialised
+    too: the read is replaced by the value, which joins the signature."""
 
     def __init__(self, gm: torch.fx.GraphModule, options: CompileOptions):
         self._gm = gm
         self._options = options
         self._compiled: dict[tuple, object] = {}
         self._lock = threading.Lock()
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self._read = {i: [u for u in ph.users if u.op == "call_method" and u.target == "item"]
+                      for i, ph in enumerate(placeholders)}
+        self._read = {i: reads for i, reads in self._read.items() if reads}
 
-    @staticmethod
-    def _signature(args) -> tuple:
-        return tuple(
+    def _signature(self, args) -> tuple:
+        sig = tuple(
             (tuple(a.shape), tuple(a.stride()), a.dtype, a.requires_grad) if isinstance(a, torch.Tensor) else a
             for a in args
         )
+        return sig + tuple(args[i].item() for i in self._read)
+
+    def _specialised(self, args) -> torch.fx.GraphModule:
+        if not self._read:
+            return self._gm
+        gm = torch.fx.GraphModule(self._gm, copy.deepcopy(self._gm.graph))
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        for i in self._read:
+            value = args[i].item()
+            for read in [u for u in placeholders[i].users if u.op == "call_method" and u.target == "item"]:
+                read.replace_all_uses_with(value)
+                gm.graph.erase_node(read)
+        gm.recompile()
+        return gm
 
     def __call__(self, *args):
         sig = self._signature(args)
         with self._lock:
             fn = self._compiled.get(sig)
             if fn is None:
-                fn = _aot_backend(self._options)(self._gm, list(args))
+                fn = _aot_backend(self._options)(self._specialised(args), list(args))
                 self._compiled[sig] = fn
         return fn(*args)
 
