@@ -255,3 +255,31 @@ def test_compiled_model_runs_on_its_core(tmp_path, monkeypatch):
     assert out.device == torch.device("neuron", 1)
     torch.testing.assert_close(out.cpu(), ref, rtol=1e-5, atol=1e-5)
     torch._dynamo.reset()
+
+
+@needs_native
+def test_profiling_on_another_core_records_that_core(tmp_path):
+    """A launched rank works on neuron:LOCAL_RANK: its profile and memory history are that core's."""
+    import json
+
+    from torch.profiler import ProfilerActivity, profile
+
+    import torchneuron.profiler as tnp
+
+    with torch.neuron.device(2):
+        tnp.record_memory_history(True)
+        try:
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+                x = torch.randn(64, 64, device="neuron")
+                (x @ x).sum().item()
+            snap = torch.neuron.memory_snapshot()
+        finally:
+            tnp.record_memory_history(False)
+    assert snap["device"] == "neuron:2" and any(e["action"] == "alloc" for e in snap["history"])
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    events = json.loads(path.read_text())["traceEvents"]
+    names = {e["args"]["name"] for e in events if e.get("name") == "process_name" and "args" in e}
+    assert "neuron:2" in names
+    counters = [e for e in events if e.get("ph") == "C" and e.get("name") == "neuron:2 memory"]
+    assert counters and max(c["args"]["allocated_bytes"] for c in counters) >= 64 * 64 * 4

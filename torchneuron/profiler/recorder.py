@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..runtime import activity, state
+from ..runtime import activity, devices, state
 from ..runtime import queue as _queue
 
 _Tensor = torch.Tensor
@@ -76,7 +76,7 @@ def tensors_of(values) -> list[TensorMeta]:
 
 @dataclass(slots=True)
 class DeviceEvent:
-    """One device operation on the timeline of ``neuron:0``.
+    """One device operation on the device timeline.
 
     ``start_ns``/``end_ns`` are ``time.perf_counter_ns`` values (the device's host clock);
     ``seq`` numbers the session's events in launch order; ``name`` is the ATen operator that
@@ -129,7 +129,7 @@ class DeviceEvent:
 
 @dataclass(slots=True)
 class MemoryEvent:
-    """An allocation or free on ``neuron:0``: ``allocated``/``reserved`` are the totals after it."""
+    """An allocation or free on the session's core: ``allocated``/``reserved`` are the totals after it."""
 
     t_ns: int
     action: str  # "alloc" | "free"
@@ -149,6 +149,9 @@ class Session:
         self.end_ns = 0
         self.active = False
         self.target = state.target()
+        # the core whose memory is recorded and whose name the trace shows: the current one (a
+        # launched rank's own core); operations of every core of the process are recorded
+        self.core = devices.current()
         # time.time_ns() - time.perf_counter_ns(), to place events on a wall-clock trace
         self.wall_offset_ns = 0
         self._seq = 0
@@ -228,9 +231,9 @@ _FANOUT = _Fanout()
 def _attach(session: Session) -> None:
     with _lock:
         if not _FANOUT.sessions:
-            _FANOUT.allocator = state.allocator()
+            _FANOUT.allocator = state.allocator(session.core)
             activity.set_recorder(_FANOUT)
-            state.allocator().add_observer(_FANOUT.on_memory)
+            _FANOUT.allocator.add_observer(_FANOUT.on_memory)
         _FANOUT.sessions.append(session)
 
 
@@ -241,7 +244,8 @@ def _detach(session: Session) -> None:
         if not _FANOUT.sessions:
             if activity.RECORDER is _FANOUT:
                 activity.set_recorder(None)
-            state.allocator().remove_observer(_FANOUT.on_memory)
+            if _FANOUT.allocator is not None:
+                _FANOUT.allocator.remove_observer(_FANOUT.on_memory)
 
 
 def is_recording() -> bool:

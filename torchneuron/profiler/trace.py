@@ -91,7 +91,7 @@ def device_trace_events(
         return (t_ns + off) / 1e3
 
     out: list[dict] = [
-        {"ph": "M", "name": "process_name", "pid": DEVICE_PID, "tid": 0, "args": {"name": "neuron:0"}},
+        {"ph": "M", "name": "process_name", "pid": DEVICE_PID, "tid": 0, "args": {"name": f"neuron:{session.core}"}},
         {"ph": "M", "name": "process_labels", "pid": DEVICE_PID, "tid": 0,
          "args": {"labels": f"{tgt.generation} NeuronCore (simulated)"}},
         {"ph": "M", "name": "process_sort_index", "pid": DEVICE_PID, "tid": 0, "args": {"sort_index": DEVICE_PID}},
@@ -108,7 +108,7 @@ def device_trace_events(
         c = ev.cost(tgt)
         ts, end = us(ev.start_ns), us(ev.end_ns)
         args = {
-            "seq": ev.seq, "kind": ev.kind, "stream": ev.stream, "device": "neuron:0",
+            "seq": ev.seq, "kind": ev.kind, "stream": ev.stream, "device": f"neuron:{session.core}",
             "bytes": c.bytes, "flops": c.flops, "category": c.category, "engine": c.engine,
             "input_shapes": _shape_str(ev.input_tensors),
             "input_dtypes": [str(t.dtype).replace("torch.", "") for t in ev.input_tensors],
@@ -142,7 +142,7 @@ def device_trace_events(
                                  "flops": c.flops, "bytes": c.bytes, "compute_us": c.compute_s * 1e6,
                                  "memory_us": c.memory_s * 1e6, "fixed_us": c.fixed_s * 1e6}})
     for m in session.memory:
-        out.append({"ph": "C", "name": "neuron:0 memory", "pid": DEVICE_PID, "tid": 0, "ts": us(m.t_ns),
+        out.append({"ph": "C", "name": f"neuron:{session.core} memory", "pid": DEVICE_PID, "tid": 0, "ts": us(m.t_ns),
                     "args": {"allocated_bytes": m.allocated, "reserved_bytes": m.reserved}})
     return out
 
