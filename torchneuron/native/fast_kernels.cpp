@@ -660,19 +660,23 @@ PyObject* py_account_free(PyObject*, PyObject* args) {
   Py_RETURN_NONE;
 }
 
-PyObject* py_account_unreserve(PyObject*, PyObject* args) {
+// (core, n) arguments: the core's accounts, or nullptr with a Python error set
+Accounts* core_and_amount(PyObject* args, long long* n) {
   int core = 0;
-  long long n = 0;
-  if (!PyArg_ParseTuple(args, "iL", &core, &n)) {
+  if (!PyArg_ParseTuple(args, "iL", &core, n)) {
     return nullptr;
   }
-  Accounts* a = core_accounts(core);
+  return core_accounts(core);
+}
+
+PyObject* py_account_unreserve(PyObject*, PyObject* args) {
+  long long n = 0;
+  Accounts* a = core_and_amount(args, &n);
   if (a == nullptr) {
     return nullptr;
   }
-  auto& acc = *a;
-  std::lock_guard<std::mutex> lock(acc.mutex);
-  acc.reserved -= n;
+  std::lock_guard<std::mutex> lock(a->mutex);
+  a->reserved -= n;
   Py_RETURN_NONE;
 }
 
@@ -714,18 +718,13 @@ PyObject* py_account_reset_counts(PyObject*, PyObject* arg) {
 }
 
 PyObject* py_set_capacity(PyObject*, PyObject* args) {
-  int core = 0;
   long long n = 0;
-  if (!PyArg_ParseTuple(args, "iL", &core, &n)) {
-    return nullptr;
-  }
-  Accounts* a = core_accounts(core);
+  Accounts* a = core_and_amount(args, &n);
   if (a == nullptr) {
     return nullptr;
   }
-  auto& acc = *a;
-  std::lock_guard<std::mutex> lock(acc.mutex);
-  acc.capacity = n;
+  std::lock_guard<std::mutex> lock(a->mutex);
+  a->capacity = n;
   Py_RETURN_NONE;
 }
 
