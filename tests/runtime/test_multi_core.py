@@ -283,3 +283,24 @@ def test_profiling_on_another_core_records_that_core(tmp_path):
     assert "neuron:2" in names
     counters = [e for e in events if e.get("ph") == "C" and e.get("name") == "neuron:2 memory"]
     assert counters and max(c["args"]["allocated_bytes"] for c in counters) >= 64 * 64 * 4
+
+
+@needs_native
+def test_adaptive_eager_fuses_the_work_of_another_core():
+    """A launched rank works on neuron:LOCAL_RANK: adaptive eager fuses its windows there too."""
+    import torchneuron
+    from torchneuron import adaptive
+
+    torch.manual_seed(3)
+    x = torch.randn(16, 32)
+    w = torch.randn(32, 8)
+    ref = (torch.tanh(x @ w) * 2 + 1).softmax(-1)
+    adaptive.reset_metrics()
+    with torch.neuron.device(1), torchneuron.execution_mode("adaptive"):
+        xd, wd = x.to("neuron"), w.to("neuron")
+        out = (torch.tanh(xd @ wd) * 2 + 1).softmax(-1)
+        got = out.cpu()
+    assert out.device == torch.device("neuron", 1)
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
+    m = adaptive.get_metrics()
+    assert m["windows_fused"] >= 1 and m["ops_recorded"] >= 4, m

@@ -106,6 +106,11 @@ class Recorder:
             src = args[0] if args else None
             if not isinstance(src, torch.Tensor):
                 return
+            if src.device.type == "neuron":
+                if w.core is None or not w.nodes:  # an empty window takes the core of its first op
+                    w.core = src.get_device()
+                elif src.get_device() != w.core:
+                    return  # a view of another core's memory: not part of this window
             # a view of memory from before the window is recorded too (its source becomes a
             # placeholder): the fused program then reads the source, e.g. a weight, in place
             # instead of a strided copy of it
@@ -134,8 +139,12 @@ class Recorder:
             raise NotRecordable("a factory")
         if reads_host_computed(args, kwargs):
             raise NotRecordable("a dtype only the CPU fallback computes")
-        if _beyond_core0(args, kwargs):
-            raise NotRecordable("work on another core than neuron:0")
+        core = _op_core(args, kwargs)
+        if core is not None:
+            if w.core is None or not w.nodes:  # an empty window takes the core of its first op
+                w.core = core
+            elif core != w.core:
+                raise NotRecordable("work on another core than the window's")
         sig: list = []
         mkey: list = [op]
         targs = tuple(w.template(a, sig, mkey) for a in args)
@@ -148,7 +157,7 @@ class Recorder:
         if kind == FUNCTIONAL:
             single = not isinstance(meta, (list, tuple))
             metas = (meta,) if single else meta
-            outs = [None if m is None else _allocate(m) for m in metas]
+            outs = [None if m is None else _allocate(m, w.core or 0) for m in metas]
             w.add_node(op, targs, tkw, sig, outs, single, is_view=False)
             if f.name in RANDOM:
                 w.random = True
@@ -218,18 +227,18 @@ class Recorder:
         return _instantiate(desc)
 
 
-def _beyond_core0(args, kwargs) -> bool:
-    """Whether the op runs on another core than ``neuron:0`` (windows are fused for
-    ``neuron:0``; work on the other cores of the process runs op by op)."""
+def _op_core(args, kwargs) -> int | None:
+    """The logical core an op works on: its first device tensor's, else its ``device=``
+    argument's, else None. A window holds the work of one core (a launched rank's, usually);
+    work on another core runs op by op."""
     for a in (*args, *kwargs.values()):
         for x in a if type(a) in (list, tuple) else (a,):
-            if isinstance(x, torch.Tensor):
-                if x.device.type == "neuron" and x.get_device():
-                    return True
-            elif type(x) is torch.device and x.type == "neuron":
-                if x.index or (x.index is None and devices.current()):
-                    return True
-    return False
+            if isinstance(x, torch.Tensor) and x.device.type == "neuron":
+                return x.get_device()
+    for a in (*args, *kwargs.values()):
+        if type(a) is torch.device and a.type == "neuron":
+            return devices.index_of(a)
+    return None
 
 
 def _has_tensor(args, kwargs) -> bool:
@@ -268,7 +277,7 @@ def _instantiate(desc):
     return desc[0](_instantiate(d) for d in desc[1])
 
 
-def _allocate(m: _M) -> torch.Tensor:
+def _allocate(m: _M, core: int) -> torch.Tensor:
     from ..runtime.storage import empty_device
 
-    return empty_device(list(m.shape), list(m.stride), m.dtype)
+    return empty_device(list(m.shape), list(m.stride), m.dtype, core)

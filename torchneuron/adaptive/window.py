@@ -110,6 +110,7 @@ class Window:
         self.sig: list = []
         self.floats: list[float] = []
         self.random = False
+        self.core: int | None = None  # the logical core whose work the window holds
 
     # ---- values ------------------------------------------------------------------------------
     def _use(self, t: _Tensor) -> tuple[tuple, BlockUse | None, object]:
