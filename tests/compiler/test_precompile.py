@@ -137,3 +137,16 @@ def test_compiled_graph_pickles_as_its_programs(tmp_path, monkeypatch):
     assert torch.equal(got.cpu(), expected.cpu())
     torch.testing.assert_close(got.cpu(), f(x, w)[0], rtol=1e-5, atol=1e-6)
     assert get_metrics()["graphs_compiled"] == 0 and get_metrics()["precompiled_graphs_loaded"] == 1
+
+
+def test_a_failed_store_warns_and_the_step_goes_on(monkeypatch):
+    from torch._dynamo.precompile_context import PrecompileContext
+
+    from torchneuron.compiler import precompile
+
+    def broken():
+        raise OSError("disk full")
+
+    monkeypatch.setattr(PrecompileContext, "save_to_dynamo_cache", broken)
+    with pytest.warns(RuntimeWarning, match="could not be stored for the next process.*disk full"):
+        precompile._save()

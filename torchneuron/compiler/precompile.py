@@ -42,6 +42,7 @@ import pickle
 import secrets
 import shutil
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -166,7 +167,11 @@ def _save() -> None:
     from torch._dynamo.precompile_context import PrecompileContext
 
     t0 = time.perf_counter()
-    PrecompileContext.save_to_dynamo_cache()
+    try:
+        PrecompileContext.save_to_dynamo_cache()
+    except Exception as err:  # noqa: BLE001 - storing is an optimisation: the step must go on
+        warnings.warn(f"torchneuron: the compiled frames could not be stored for the next process "
+                      f"(TORCHNEURON_PRECOMPILE): {type(err).__name__}: {err}", RuntimeWarning, stacklevel=3)
     metrics.count("precompile_save_seconds", time.perf_counter() - t0)
 
 
