@@ -56,6 +56,10 @@ def _is_symbolic(x) -> bool:
     return False
 
 
+def _reads_item(node: torch.fx.Node) -> bool:
+    return node.op == "call_method" and node.target == "item"
+
+
 class _PerShape:
     """Dynamo marked some sizes dynamic after seeing a second shape (automatic dynamic
     shapes): compile a specialised graph for each concrete shape, as the chip needs.
@@ -71,9 +75,7 @@ class _PerShape:
         self._compiled: dict[tuple, object] = {}
         self._lock = threading.Lock()
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        self._read = {i: [u for u in ph.users if u.op == "call_method" and u.target == "item"]
-                      for i, ph in enumerate(placeholders)}
-        self._read = {i: reads for i, reads in self._read.items() if reads}
+        self._read = [i for i, ph in enumerate(placeholders) if any(map(_reads_item, ph.users))]
 
     def _signature(self, args) -> tuple:
         sig = tuple(
@@ -89,7 +91,7 @@ class _PerShape:
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         for i in self._read:
             value = args[i].item()
-            for read in [u for u in placeholders[i].users if u.op == "call_method" and u.target == "item"]:
+            for read in [u for u in placeholders[i].users if _reads_item(u)]:
                 read.replace_all_uses_with(value)
                 gm.graph.erase_node(read)
         gm.recompile()
