@@ -17,9 +17,9 @@ import threading
 import torch
 
 from ..ops import tracking
-from ..ops.generic import reads_host_computed
+from ..ops.generic import core_of, reads_host_computed
 from ..ops.opinfo import RANDOM, facts
-from ..runtime import devices, lazy
+from ..runtime import lazy
 from . import metrics
 from .window import IndexCheck, NotRecordable, Ref, Window
 
@@ -139,7 +139,7 @@ class Recorder:
             raise NotRecordable("a factory")
         if reads_host_computed(args, kwargs):
             raise NotRecordable("a dtype only the CPU fallback computes")
-        core = _op_core(args, kwargs)
+        core = core_of(args, kwargs, None)  # a window holds one core's work (a launched rank's)
         if core is not None:
             if w.core is None or not w.nodes:  # an empty window takes the core of its first op
                 w.core = core
@@ -225,20 +225,6 @@ class Recorder:
         if desc is None:
             raise NotRecordable("no meta result")
         return _instantiate(desc)
-
-
-def _op_core(args, kwargs) -> int | None:
-    """The logical core an op works on: its first device tensor's, else its ``device=``
-    argument's, else None. A window holds the work of one core (a launched rank's, usually);
-    work on another core runs op by op."""
-    for a in (*args, *kwargs.values()):
-        for x in a if type(a) in (list, tuple) else (a,):
-            if isinstance(x, torch.Tensor) and x.device.type == "neuron":
-                return x.get_device()
-    for a in (*args, *kwargs.values()):
-        if type(a) is torch.device and a.type == "neuron":
-            return devices.index_of(a)
-    return None
 
 
 def _has_tensor(args, kwargs) -> bool:

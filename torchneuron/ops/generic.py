@@ -204,9 +204,9 @@ def _deferred_outputs(op, args, kwargs, f: OpFacts, err: BaseException):
     return realise(mout)
 
 
-def core_of(args, kwargs) -> int:
-    """The core an operator with these arguments runs on (see ``_Unwrap.index``); raises
-    PyTorch's device error for device tensors on two cores."""
+def core_of(args, kwargs, default: int | None = 0) -> int | None:
+    """The core an operator with these arguments runs on (see ``_Unwrap.index``; ``default``
+    when it names none); raises PyTorch's device error for device tensors on two cores."""
     u = _Unwrap(False)
     for a in (*args, *kwargs.values()):
         for x in a if type(a) in (list, tuple) else (a,):
@@ -216,7 +216,8 @@ def core_of(args, kwargs) -> int:
         for a in (*args, *kwargs.values()):
             if type(a) is _Device and a.type == _NEURON:
                 return devices.index_of(a)
-    return u.index or 0
+        return default
+    return u.index
 
 
 def _fast_unwrap(a, flags: list):

@@ -21,12 +21,6 @@ _META = DispatchKeySet(DispatchKey.Meta)
 _CPU = DispatchKeySet(DispatchKey.CPU)
 
 
-def _core(device) -> int:
-    """The core a factory's ``device=`` names (None, or ``neuron`` without index: the current
-    core); raises for a core this process does not have."""
-    return devices.index_of(device)
-
-
 def _contiguous_strides(size, memory_format) -> list[int]:
     size = list(size)
     if memory_format == torch.channels_last and len(size) == 4:
@@ -44,7 +38,7 @@ def _contiguous_strides(size, memory_format) -> list[int]:
 
 
 def empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    index = _core(device)
+    index = devices.index_of(device)
     dtype = dtype or torch.get_default_dtype()
     dtype_policy.check_supported(dtype)
     if any(s < 0 for s in size):
@@ -54,7 +48,7 @@ def empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_memor
 
 
 def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
-    index = _core(device)
+    index = devices.index_of(device)
     dtype = dtype or torch.get_default_dtype()
     dtype_policy.check_supported(dtype)
     if any(s < 0 for s in size):
@@ -105,7 +99,7 @@ def _copy_from_and_resize(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
 
 def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
     if lazy.RECORDER is not None and self.device.type == "neuron" and (
-        device is None or (torch.device(device).type == "neuron" and _core(device) == self.get_device())
+        device is None or (torch.device(device).type == "neuron" and devices.index_of(device) == self.get_device())
     ):
         kw = {k: v for k, v in (("dtype", dtype), ("layout", layout), ("device", device),
                                 ("pin_memory", pin_memory), ("memory_format", memory_format)) if v is not None}
@@ -118,7 +112,7 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non
     src = _src_host(self)
     t0 = perf_counter_ns()
     if target.type == "neuron":
-        index = _core(target)
+        index = devices.index_of(target)
         dtype_policy.check_supported(dtype)
         kind = "copy_d2d" if self.device.type == "neuron" else "copy_h2d"
         if kind == "copy_h2d":
