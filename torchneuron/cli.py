@@ -106,6 +106,8 @@ def _add_sweep(p: argparse.ArgumentParser) -> None:
     p.add_argument("--filter", help="comma-separated substrings or glob patterns on the model name")
     p.add_argument("--timeout", type=float, default=180.0, help="seconds per (model, mode) before it is killed")
     p.add_argument("--out", default="sweep_results.jsonl", help="JSONL results (appended; done records are skipped)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="worker processes running models side by side (each ~1-3 GB; IREE compiles use ~1.3 cores)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
 
 
@@ -115,7 +117,7 @@ def _run_sweep(ns: argparse.Namespace) -> int:
 
     suites = list(SUITES) if ns.suite == "all" else ns.suite.split(",")
     recs = run_sweep(suites, ns.modes.split(","), ns.out, limit=ns.limit, shard=ns.shard,
-                     filter_=ns.filter, timeout=ns.timeout, quiet=ns.quiet)
+                     filter_=ns.filter, timeout=ns.timeout, quiet=ns.quiet, jobs=ns.jobs)
     n = {k: sum(r["status"] == k for r in recs) for k in ("pass", "fail", "skip")}
     print(f"{len(recs)} new records in {ns.out}: {n['pass']} pass, {n['fail']} fail, {n['skip']} skip")
     return 0

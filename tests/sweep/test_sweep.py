@@ -30,7 +30,8 @@ FIELDS = {"model", "suite", "mode", "status", "cause", "error", "fallback_ops", 
 @pytest.fixture(scope="module")
 def slice_results(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("sweep") / "results.jsonl")
-    recs = run_sweep(list(SLICE), ["eager"], out, models=SLICE, timeout=120, quiet=True)  # one worker
+    # two workers side by side: the slice takes half the time on CI's two cores
+    recs = run_sweep(list(SLICE), ["eager"], out, models=SLICE, timeout=120, quiet=True, jobs=2)
     return out, recs
 
 
@@ -70,8 +71,9 @@ def test_slice_report(slice_results, tmp_path, capsys):
 
 def test_worker_contains_hang_and_crash(tmp_path, capsys):
     out = str(tmp_path / "r.jsonl")
+    # two workers: a hang or a crash in one leaves the other's runs alone
     assert cli.main(["sweep", "--suite", "_selftest", "--modes", "eager", "--timeout", "8",
-                     "--out", out, "--quiet"]) == 0
+                     "--out", out, "--quiet", "--jobs", "2"]) == 0
     assert "3 new records" in capsys.readouterr().out
     by = {r["model"]: r for r in results.load(out)}
     assert by["tiny"]["status"] == "pass"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import fnmatch
+import queue
 import sys
+import threading
 import time
 
 from . import MODES, SUITES, registry, results
@@ -59,33 +61,64 @@ class _Progress:
 
 def run_sweep(suites: list[str], modes: list[str], out: str, *, limit: int | None = None,
               shard: str | None = None, filter_: str | None = None, timeout: float = 180.0,
-              models: list[str] | dict[str, list[str]] | None = None, quiet: bool = False) -> list[dict]:
-    """Run every selected (suite, model, mode) not yet in ``out`` in one reused worker process;
-    ``models`` is an explicit model list, or one list per suite."""
+              models: list[str] | dict[str, list[str]] | None = None, quiet: bool = False,
+              jobs: int = 1) -> list[dict]:
+    """Run every selected (suite, model, mode) not yet in ``out``; each of ``jobs`` reused worker
+    processes takes the next run as it finishes one. ``models`` is an explicit model list, or
+    one list per suite."""
     for s in suites:
         if s not in SUITES and s != "_selftest":
             raise ValueError(f"unknown suite {s!r} (have {', '.join(SUITES)})")
     for m in modes:
         if m not in MODES:
             raise ValueError(f"unknown mode {m!r} (have {', '.join(MODES)})")
+    if jobs < 1:
+        raise ValueError(f"--jobs {jobs}: need at least one worker")
     done = results.done_keys(out)
     todo = [(s, n, m) for s in suites
             for n in select(s, filter_=filter_, shard=shard, limit=limit,
                             models=models.get(s, []) if isinstance(models, dict) else models)
             for m in modes if (s, n, m) not in done]
     if not quiet:
-        print(f"sweep: {len(todo)} runs to do ({len(done)} already in {out})", file=sys.stderr)
+        print(f"sweep: {len(todo)} runs to do ({len(done)} already in {out}), {jobs} worker(s)", file=sys.stderr)
     new: list[dict] = []
     tally: dict = {}
     prog = _Progress(len(todo), quiet)
+    pending: queue.Queue = queue.Queue()
+    for task in todo:
+        pending.put(task)
+    lock = threading.Lock()  # the results file, the tally and the progress bar
+    errors: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            with Worker(timeout=timeout) as w:
+                while not errors:
+                    try:
+                        s, n, m = pending.get_nowait()
+                    except queue.Empty:
+                        return
+                    rec = w.run(s, n, m)
+                    with lock:
+                        results.append(out, rec)
+                        new.append(rec)
+                        tally[rec["status"]] = tally.get(rec["status"], 0) + 1
+                        prog.update(rec, tally)
+        except BaseException as exc:  # noqa: BLE001 -- re-raised in the calling thread
+            errors.append(exc)
+
     try:
-        with Worker(timeout=timeout) as w:
-            for s, n, m in todo:
-                rec = w.run(s, n, m)
-                results.append(out, rec)
-                new.append(rec)
-                tally[rec["status"]] = tally.get(rec["status"], 0) + 1
-                prog.update(rec, tally)
+        if jobs == 1:
+            serve()
+        else:
+            threads = [threading.Thread(target=serve, name=f"sweep-worker-{i}", daemon=True)
+                       for i in range(min(jobs, len(todo)))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
     finally:
         prog.close()
+    if errors:
+        raise errors[0]
     return new
