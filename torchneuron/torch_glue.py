@@ -22,17 +22,11 @@ PyTorch's own function otherwise.
   Parameter objects are given the moved data (``swap_tensors``), which also keeps ties.
 * printing a device tensor formats it on the host (``_tensor_str`` would otherwise run its
   float64 statistics on the device and trip the 32-bit dtype warning).
-* backward runs on the calling thread: for any device but CPU, Meta and Lazy the autograd engine
-  runs backward on a thread of its own per device, which suits a device that executes
-  asynchronously. The simulated NeuronCore executes its kernels on the host's CPU threads, so a
-  device thread overlaps nothing and gives the process a second OpenMP team: libgomp then has more
-  threads than cores and throttles its spin-wait for good, after which every parallel region
-  (ours, Inductor's, plain CPU ops) wakes its workers through the kernel — a 256x256 CPU ``add_``
-  went from 5 to 70 us after the first device backward, an eager LM training step ran ~20%
-  slower. torchneuron therefore disables multithreaded backward
-  (``torch.autograd.set_multithreading_enabled(False)``) in the thread that imports it, unless a
-  CUDA device is present (whose backward wants its device threads). It is thread-local, like
-  PyTorch's own switch; ``set_multithreading_enabled(True)`` restores PyTorch's default.
+* backward runs on the calling thread: PyTorch runs a PrivateUse1 backward on a device thread of
+  its own, whose host kernels would start a second OpenMP team and leave libgomp throttled for the
+  rest of the process (docs/architecture.md has the measurements). Multithreaded backward is
+  turned off (``torch.autograd.set_multithreading_enabled(False)``, thread-local) in the thread
+  that imports torchneuron, unless a CUDA device is present.
 """
 
 from __future__ import annotations
