@@ -30,7 +30,7 @@ FIELDS = {"model", "suite", "mode", "status", "cause", "error", "fallback_ops", 
 @pytest.fixture(scope="module")
 def slice_results(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("sweep") / "results.jsonl")
-    # two workers side by side: the slice takes half the time on CI's two cores
+    # two workers side by side, as a compile-mode run uses them (for eager runs worker start-up dominates)
     recs = run_sweep(list(SLICE), ["eager"], out, models=SLICE, timeout=120, quiet=True, jobs=2)
     return out, recs
 
