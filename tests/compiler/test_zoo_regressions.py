@@ -174,3 +174,15 @@ def test_adaptive_avg_pool_after_permute_compiles_in_one_piece():
     (graph,) = get_metrics()["graphs"].values()
     assert graph["split_regions"] == 0 and graph["eager_nodes"] == 0, graph
     torch.testing.assert_close(got, f(x), rtol=1e-5, atol=1e-6)
+
+
+def test_empty_view_input_reaches_the_executable():
+    # timm deepseek_vit: an empty slice of a cache (strides of its base) is a graph input
+    def step(x, past):
+        return torch.cat([past, x], dim=2).softmax(-1) * 2
+
+    x = torch.randn(2, 4, 8, 16)
+    past = torch.randn(2, 4, 8, 16)[:, :, :0]
+    compiled = torch.compile(step, backend="neuron", fullgraph=True)
+    got = compiled(x.to(DEVICE), past.to(DEVICE)[:, :, :0])
+    torch.testing.assert_close(got.cpu(), step(x, past))

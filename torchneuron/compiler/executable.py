@@ -282,6 +282,8 @@ class Executable:
                 h = h.to(cast)
             if not h.is_contiguous():
                 h = h.contiguous()
+            elif h.numel() == 0:
+                h = h.new_empty(h.shape)  # an empty view keeps its base's strides, which IREE rejects
             elif h.data_ptr() % _ALIGNMENT:
                 h = h.clone()  # IREE imports host buffers aligned to 64 bytes only (a view's offset)
             keep.append(h)
