@@ -51,7 +51,21 @@ def test_causal_mask_input_compiles_with_data_tiling(tmp_path, monkeypatch):
     # float32 matmul over 64 terms then softmax: a few ulps of the scores
     torch.testing.assert_close(out, attention_scores(q, k, mask), rtol=1e-5, atol=1e-6)
     log = _logs(tmp_path)
-    assert "--iree-opt-data-tiling" in log
+    assert executable.TILING_FLAGS[0] in log
     assert "data tiling failed" not in log
     hlo = "".join(p.read_text() for p in tmp_path.rglob("*.stablehlo.mlir"))
     assert "tensor<128x128xi8>" in hlo and "tensor<128x128xi1>" in hlo  # converted inside
+
+
+def test_matmul_with_a_centred_right_hand_side_is_exact():
+    """IREE 3.13's dispatch-creation data tiling got ``q @ (k - k.mean(-1)).T`` wrong for most
+    key counts (MViT's pooled attention after its key norm); the flags in use compute it."""
+
+    def scores(q, k):
+        return q @ (k - k.mean(-1, keepdim=True)).transpose(-1, -2)
+
+    f = torch.compile(scores, backend="neuron", fullgraph=True)
+    for keys in (3, 9, 25):
+        q, k = torch.randn(2, 64, 96), torch.randn(2, keys, 96)
+        # float32 sums of 96 products of unit normals: a few ulps of values ~10
+        torch.testing.assert_close(f(q.to(DEVICE), k.to(DEVICE)).cpu(), scores(q, k), rtol=1e-5, atol=1e-4)

@@ -41,7 +41,12 @@ IM2COL_FLAG = "--iree-global-opt-use-im2col-for-convs"
 # inference slower (243 against 202 ms). TORCHNEURON_DATA_TILING=0 leaves it out everywhere.
 # Two of IREE's code-generation guards reject some tiled dispatches of training programs (a
 # 33 KiB stack frame; a 16 KiB vector); the task system's workers have 128 KiB stacks.
-TILING_FLAGS = ("--iree-opt-data-tiling", "--iree-llvmcpu-enable-ukernels=all",
+# Data tiling starts in IREE's global optimization phase: ``--iree-opt-data-tiling`` picks the
+# dispatch-creation path, which in IREE 3.13 miscompiles a batched matmul whose right-hand
+# side is ``k - k.mean(-1)`` transposed, for most widths of k other than 1, 2, 4, 8, 16 (errors
+# of ~40 in outputs of ~10: MViT's pooled attention after its key norm); the global
+# optimization path computes it exactly (tests/compiler/test_data_tiling.py).
+TILING_FLAGS = ("--iree-global-opt-data-tiling", "--iree-llvmcpu-enable-ukernels=all",
                 "--iree-llvmcpu-stack-allocation-limit=65536", "--iree-llvmcpu-fail-on-large-vector=false")
 _GROUPED_CONV = re.compile(r"(feature|batch)_group_count = (\d+)")
 # the chip computes float64 as float32 and int64 as int32 (ops/dtype_policy.py)
