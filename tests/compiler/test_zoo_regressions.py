@@ -186,3 +186,25 @@ def test_empty_view_input_reaches_the_executable():
     compiled = torch.compile(step, backend="neuron", fullgraph=True)
     got = compiled(x.to(DEVICE), past.to(DEVICE)[:, :, :0])
     torch.testing.assert_close(got.cpu(), step(x, past))
+
+
+@pytest.mark.parametrize("pool, shape", [
+    (lambda y: F.avg_pool2d(y, 1, 2), (2, 8, 16, 16)),  # PNASNet's factorized reduction
+    (lambda y: F.avg_pool2d(y, 1, (2, 3), ceil_mode=True, divisor_override=4), (2, 3, 11, 13)),
+    (lambda y: F.avg_pool3d(y, 1, 2), (2, 3, 5, 7, 9)),
+])
+def test_unit_window_avg_pool_next_to_its_input_as_an_output(pool, shape):
+    # IREE 3.13 wrote y only at the positions the 1-element-window pool reads (the rest 0)
+    def f(x):
+        y = x * 2
+        return y, pool(y)
+
+    x = torch.randn(shape)
+    xd, xc = x.to(DEVICE).requires_grad_(), x.clone().requires_grad_()
+    got = torch.compile(f, backend="neuron", fullgraph=True)(xd)
+    ref = f(xc)
+    for g, r in zip(got, ref, strict=True):
+        torch.testing.assert_close(g.cpu(), r)
+    (got[0].sum() + (got[1] ** 2).sum()).backward()
+    (ref[0].sum() + (ref[1] ** 2).sum()).backward()
+    torch.testing.assert_close(xd.grad.cpu(), xc.grad)

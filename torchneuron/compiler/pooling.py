@@ -1,4 +1,4 @@
-"""Max pooling in forms that torch-mlir lowers correctly and completely.
+"""Pooling in forms that torch-mlir lowers, and IREE compiles, correctly and completely.
 
 * **ceil_mode** — torch-mlir 20261001's StableHLO lowering of ``aten.max_pool2d_with_indices``
   with ``ceil_mode=True`` pads the ``stablehlo.reduce_window`` on *both* sides by the extra
@@ -21,6 +21,13 @@
   ceiling explicit instead: the input is padded with ``-inf`` at the bottom/right by exactly
   what the ceiling adds, then pooled with ``ceil_mode=False``, and the indices (positions in
   the padded width) are mapped back to the input's width.
+* **unit windows** — ``avg_pool2d(x, 1, 2)`` (NASNet/PNASNet's factorized reductions) lowers to
+  a ``stablehlo.reduce_window`` with a 1x1 window and stride 2. When its input is also a result
+  of the program, IREE 3.13 writes that result only at the strided positions the pool reads and
+  leaves the others zero (``(y, avg_pool2d(y, 1, 2))`` for ``y = x * 2``: every odd row and
+  column of ``y`` came back 0, under every flag set we tried, on both drivers). A pool whose
+  window is one element is a strided slice (divided by ``divisor_override`` if one is given);
+  :func:`avg_pool_unit_window` writes it as one.
 * **backward** — torch-mlir does not lower ``aten.max_pool2d_with_indices_backward``, so each
   one ran eagerly and split a CNN's backward graph in two regions. PyTorch's decomposition
   (a ``scatter_add`` of the output gradient into the forward's indices) lowers to
@@ -28,6 +35,8 @@
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 
@@ -77,12 +86,39 @@ def max_pool2d_ceil_mode(x: torch.Tensor, kernel_size, stride=(), padding=(0,), 
     return values, indices
 
 
+def avg_pool_unit_window(x: torch.Tensor, kernel_size, stride=(), padding=(0,), ceil_mode: bool = False,
+                         count_include_pad: bool = True, divisor_override=None, *, dims: int = 2):
+    """``avg_pool2d`` (``dims=3``: ``avg_pool3d``) with a one-element window and no padding as
+    a strided slice (see the module docstring); other calls are left to the op itself."""
+    kernel = _spatial(kernel_size, dims)
+    strides = _spatial(stride, dims, kernel)
+    if any(k != 1 for k in kernel) or any(_spatial(padding, dims)):
+        return NotImplemented
+    out = x
+    for i, s in enumerate(strides):
+        dim = x.dim() - dims + i
+        n = pooled_size(x.shape[dim], 1, s, 0, 1, ceil_mode)
+        out = _aten.slice.Tensor(out, dim, 0, (n - 1) * s + 1, s)
+    if divisor_override not in (None, 1):
+        return _aten.div.Tensor(out, divisor_override)
+    return _aten.clone.default(out)  # a pool's result is a new tensor, not a view of its input
+
+
+def _spatial(v, dims: int, default: list[int] | None = None) -> list[int]:
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    if not v and default is not None:
+        v = list(default)
+    return v * dims if len(v) == 1 else v
+
+
 def pooling_decompositions() -> dict:
     from torch._decomp import get_decompositions
 
-    table = {_aten.max_pool2d_with_indices.default: max_pool2d_ceil_mode}
+    table = {_aten.max_pool2d_with_indices.default: max_pool2d_ceil_mode,
+             _aten.avg_pool2d.default: avg_pool_unit_window,
+             _aten.avg_pool3d.default: functools.partial(avg_pool_unit_window, dims=3)}
     table.update(get_decompositions([_aten.max_pool2d_with_indices_backward]))
     return table
 
 
-__all__ = ["max_pool2d_ceil_mode", "pooled_size", "pooling_decompositions"]
+__all__ = ["avg_pool_unit_window", "max_pool2d_ceil_mode", "pooled_size", "pooling_decompositions"]
