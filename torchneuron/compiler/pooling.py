@@ -43,11 +43,12 @@ import torch
 _aten = torch.ops.aten
 
 
-def _pair(v, default: list[int] | None = None) -> list[int]:
+def _spatial(v, dims: int, default: list[int] | None = None) -> list[int]:
+    """A pooling argument (an int, or a list of one or ``dims`` ints; empty: ``default``) as ``dims`` ints."""
     v = list(v) if isinstance(v, (list, tuple)) else [v]
     if not v and default is not None:
         v = list(default)
-    return v * 2 if len(v) == 1 else v
+    return v * dims if len(v) == 1 else v
 
 
 def pooled_size(size: int, kernel: int, stride: int, pad: int, dilation: int, ceil_mode: bool) -> int:
@@ -66,9 +67,9 @@ def max_pool2d_ceil_mode(x: torch.Tensor, kernel_size, stride=(), padding=(0,), 
     pool (see the module docstring); other calls are left to the op itself."""
     if not ceil_mode:
         return NotImplemented
-    kernel = _pair(kernel_size)
-    strides = _pair(stride, kernel)
-    pads, dils = _pair(padding), _pair(dilation)
+    kernel = _spatial(kernel_size, 2)
+    strides = _spatial(stride, 2, kernel)
+    pads, dils = _spatial(padding, 2), _spatial(dilation, 2)
     h, w = x.shape[-2], x.shape[-1]
     extra = []
     for size, k, s, p, d in zip((h, w), kernel, strides, pads, dils, strict=True):
@@ -102,13 +103,6 @@ def avg_pool_unit_window(x: torch.Tensor, kernel_size, stride=(), padding=(0,), 
     if divisor_override not in (None, 1):
         return _aten.div.Tensor(out, divisor_override)
     return _aten.clone.default(out)  # a pool's result is a new tensor, not a view of its input
-
-
-def _spatial(v, dims: int, default: list[int] | None = None) -> list[int]:
-    v = list(v) if isinstance(v, (list, tuple)) else [v]
-    if not v and default is not None:
-        v = list(default)
-    return v * dims if len(v) == 1 else v
 
 
 def pooling_decompositions() -> dict:
