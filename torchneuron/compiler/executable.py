@@ -302,11 +302,19 @@ class Executable:
         if len(self._candidates) > 1:
             self._timed(loaded, (time.perf_counter_ns() - t0) * 1e-9)
         outs = []
+        # IREE returns one buffer for results that are one value (two ``zeros_like`` folded into one
+        # splat) and an argument's own buffer for a result that is that argument: each output must own
+        # its memory, or writing to one changes the other
+        taken = {h.data_ptr() for h in keep if h.numel()}
         for i, dtype in enumerate(self._out_dtypes):
             view = results.get_as_object(i, ir.HalBufferView)
             h = torch.from_dlpack(device.create_dlpack_capsule(view, _DLPACK_CPU, 0))
             if h.dtype != dtype:
                 h = h.to(dtype)  # dtype restored after 32-bit compute
+            elif h.numel():
+                if h.data_ptr() in taken:
+                    h = h.clone()
+                taken.add(h.data_ptr())
             outs.append(wrap_host(h, counted=not _staging.active, index=core if core >= 0 else devices.current()))
         if activity.RECORDER is not None:
             activity.RECORDER.record("executable", self.name, tuple(keep), [host(o) for o in outs], t0, time.perf_counter_ns())
