@@ -208,3 +208,55 @@ def test_unit_window_avg_pool_next_to_its_input_as_an_output(pool, shape):
     (got[0].sum() + (got[1] ** 2).sum()).backward()
     (ref[0].sum() + (ref[1] ** 2).sum()).backward()
     torch.testing.assert_close(xd.grad.cpu(), xc.grad)
+
+
+def test_equal_results_are_distinct_tensors():
+    """VITS' spline: ``zeros_like`` twice, then each filled by a masked write after a graph break.
+    IREE returns one buffer for both folded splats; a write to one must not reach the other."""
+
+    def f(x):
+        return torch.zeros_like(x), torch.zeros_like(x), x * 2
+
+    x = torch.randn(8).to(DEVICE)
+    a, b, c = torch.compile(f, backend="neuron")(x)
+    assert len({a.data_ptr(), b.data_ptr(), c.data_ptr(), x.data_ptr()}) == 4
+    a.fill_(5.0)
+    assert torch.equal(b.cpu(), torch.zeros(8))
+
+
+def test_masked_writes_into_two_zero_buffers_across_a_graph_break():
+    def f(x):
+        inside = (x >= -1) & (x <= 1)
+        out, logdet = torch.zeros_like(x), torch.zeros_like(x)
+        out[~inside] = x[~inside]
+        logdet[~inside] = 0.0
+        torch._dynamo.graph_break()
+        out[inside], logdet[inside] = x[inside].sin(), x[inside].cos()
+        return out, logdet
+
+    x = torch.randn(2, 1, 16, generator=torch.Generator().manual_seed(0)) * 2
+    ref = f(x)
+    torch._dynamo.reset()
+    got = torch.compile(f, backend="neuron")(x.to(DEVICE))
+    for r, g in zip(ref, got, strict=True):
+        torch.testing.assert_close(g.cpu(), r, rtol=1e-5, atol=1e-6)
+
+
+def test_random_like_of_a_transposed_region_result_draws_as_eager():
+    """VITS' prior noise: ``randn_like`` of a transposed matmul fills its result in memory order;
+    the compiled region returns the transpose contiguous, so the same seed put the same numbers
+    in other elements than eager mode did."""
+
+    def f(x, w):
+        y = (x @ w).transpose(1, 2)
+        return y + torch.randn_like(y)
+
+    g = torch.Generator().manual_seed(1)
+    x, w = (torch.randn(2, 5, 3, generator=g).to(DEVICE), torch.randn(3, 4, generator=g).to(DEVICE))
+    torch.manual_seed(0)
+    ref = f(x, w)
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend="neuron")
+    torch.manual_seed(0)
+    got = compiled(x, w)
+    torch.testing.assert_close(got.cpu(), ref.cpu(), rtol=1e-5, atol=1e-5)

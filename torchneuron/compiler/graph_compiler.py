@@ -43,6 +43,7 @@ from .passes import (
     fill_default_strides,
     output_vals,
     placeholder_vals,
+    random_like_in_eager_layout,
     split_outputs,
     wrap_negative_indices,
 )
@@ -306,6 +307,7 @@ def compile_graph(gm: fx.GraphModule, kind: str, options: CompileOptions):
         fill_default_strides(work)
         wrap_negative_indices(work)
         clamp_slice_ends(work)
+        random_like_in_eager_layout(work)
         outer, placement = partition(work, enabled=options.partition, library=options.library_convolutions)
         record.pass_seconds += time.perf_counter() - t0
         regions = [(name, sub) for name, sub in outer.named_children()

@@ -11,7 +11,10 @@
 * **Random ops** — operators tagged ``nondeterministic_seeded`` (``rand_like`` from dropout,
   ``bernoulli``, ``randn`` …) are never compiled: they stay outside compiled regions, run on the
   device's eager kernels and so draw from the device generator (``torch.neuron.manual_seed``),
-  and their results enter the compiled regions as inputs.
+  and their results enter the compiled regions as inputs. A random ``*_like`` op fills its result
+  in memory order, so :func:`random_like_in_eager_layout` gives it a template with the layout
+  eager mode has (a compiled region returns ``x.transpose(1, 2)`` contiguous): the same seed
+  then draws the same numbers into the same elements as in eager mode.
 * **Devices** — :func:`strip_device_args` turns ``device=neuron`` arguments of factory ops
   (``full``, ``arange``, ``scalar_tensor`` …) into the host device, which is what the lowering
   understands; in StableHLO every value lives on the executable's device.
@@ -68,6 +71,32 @@ def decompositions(convolution_backward: bool = True) -> dict:
 def is_random(node: fx.Node) -> bool:
     target = node.target
     return isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags
+
+
+def random_like_in_eager_layout(gm: fx.GraphModule) -> int:
+    """Give each random ``*_like`` op (``randn_like`` …) an ``empty_strided`` template with the
+    shape and strides its input has in eager mode (the traced ones) instead of that input, whose
+    layout may be a compiled region's; only the template's geometry is read. Returns the count."""
+    graph = gm.graph
+    changed = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or not is_random(node) or not node.target.__name__.split(".")[0].endswith("_like"):
+            continue
+        src = node.args[0] if node.args else None
+        val = src.meta.get("val") if isinstance(src, fx.Node) else None
+        if not isinstance(val, torch.Tensor) or val.is_contiguous():
+            continue  # a region's results are contiguous: same layout
+        with graph.inserting_before(node):
+            template = graph.call_function(
+                _aten.empty_strided.default, (list(val.shape), list(val.stride())),
+                {"dtype": val.dtype, "device": val.device})
+        template.meta["val"] = val
+        node.replace_input_with(src, template)
+        changed += 1
+    if changed:
+        graph.lint()
+        gm.recompile()
+    return changed
 
 
 _HOST = torch.device("cpu")
