@@ -202,3 +202,26 @@ def test_without_native_hooks_the_error_stays_explicit():
                          timeout=180)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["GEN", "True", "ATTR", "False", "WHY", "True", "CPU", "True"]
+
+
+def test_drawing_from_host_makes_one_stream_in_program_order():
+    """Host and device draws interleaved, as VITS draws them: inside ``drawing_from_host`` they
+    are the numbers a CPU run draws (``rand_like`` too: it has no generator argument); the
+    device stream itself is left as it was."""
+
+    def draws(device):
+        a = torch.randn(3)
+        b = torch.randn(4, device=device)
+        c = torch.rand_like(b)
+        return torch.cat([a, b.cpu(), c.cpu()])
+
+    torch.manual_seed(0)
+    ref = draws("cpu")
+    torch.neuron.manual_seed(5)
+    before = rng.get_state()
+    with rng.drawing_from_host():
+        torch.manual_seed(0)
+        got = draws(DEV)
+    assert torch.equal(got, ref)
+    assert rng.generator(0) is not torch.default_generator
+    assert torch.equal(rng.get_state(), before)

@@ -74,6 +74,9 @@ def as_cpu_default(index: int = 0):
     random numbers instead (the CPU generator's own state is left as it was)."""
     cpu = torch.default_generator
     g = _generators[index]
+    if g is cpu:  # inside drawing_from_host: already the same stream
+        yield
+        return
     saved = cpu.get_state()
     cpu.set_state(g.get_state())
     try:
@@ -81,6 +84,20 @@ def as_cpu_default(index: int = 0):
     finally:
         g.set_state(cpu.get_state())
         cpu.set_state(saved)
+
+
+@contextmanager
+def drawing_from_host(index: int = 0):
+    """Core ``index``'s random kernels draw from the CPU default generator while inside: host and
+    device draws then form one stream in program order, as in a run on the CPU. A checking aid
+    for programs that draw on both (VITS draws its duration noise on the host, its prior noise on
+    the device) — with separate streams, the same seed gives the two runs different numbers."""
+    saved = _generators[index]
+    _generators[index] = torch.default_generator
+    try:
+        yield
+    finally:
+        _generators[index] = saved
 
 
 def manual_seed(seed: int, index: int = 0) -> None:

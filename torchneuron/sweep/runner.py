@@ -7,7 +7,6 @@ or a timeout, so a segfault or a hang costs one record, not the sweep.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import os
@@ -151,6 +150,7 @@ def check(suite: str, name: str, mode: str, *, rtol: float = 1e-3, atol: float =
     import torch
 
     import torchneuron
+    from torchneuron.runtime.rng import drawing_from_host
 
     from . import registry
 
@@ -190,9 +190,9 @@ def check(suite: str, name: str, mode: str, *, rtol: float = 1e-3, atol: float =
             torchneuron.adaptive.reset_metrics()
             torchneuron.set_execution_mode("adaptive")
         stage = "compile" if mode == "compile" else "forward"
-        # compile mode: no Python mode around the traced call (dynamo would trace it); the seed suffices
-        # for the random ops whose device generator follows the host's
-        rng = _host_rng_mode() if mode != "compile" else contextlib.nullcontext()
+        # compile mode: no Python mode around the traced call (dynamo would trace it); random ops run
+        # on the device's kernels outside the compiled regions, which then draw from the host's stream
+        rng = _host_rng_mode() if mode != "compile" else drawing_from_host()
         with torch.no_grad(), rng:
             torch.manual_seed(0)
             got = [t.detach().float().cpu() for t in _flatten(compare(run, dev_inputs)) if t.is_floating_point()]
