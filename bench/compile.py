@@ -110,7 +110,7 @@ def first_step_child() -> None:
     seconds = time.perf_counter() - t0
     met = get_metrics()
     print(json.dumps({"seconds": seconds, "graphs_compiled": met["graphs_compiled"],
-                      "loaded": met["precompiled_graphs_loaded"]}))
+                      "loaded": met["graphs_loaded"]}))
 
 
 def first_steps(precompile: bool) -> tuple[dict, dict]:

@@ -29,3 +29,12 @@ def _no_pending_device_error():
     yield
     leftover = ERRORS.take()
     assert leftover is None, f"test left a pending device error: {leftover and leftover.cause}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_inductor_cache(tmp_path_factory):
+    """AOTAutograd's cache (where compiled graphs are stored, compiler/graph_cache.py) of this
+    test session only: a run does not start from graphs an earlier run stored."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.mktemp("inductor_cache")))
+        yield

@@ -41,6 +41,8 @@ def _add_cache(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=("list", "stats", "clear"), help="what to do with the on-disk executable cache")
     p.add_argument("--precompile", action="store_true",
                    help="with clear: also remove Dynamo's stored packages (TORCHNEURON_PRECOMPILE=1)")
+    p.add_argument("--graphs", action="store_true",
+                   help="with clear: also empty AOTAutograd's cache of compiled graphs (Inductor's entries too)")
 
 
 def _run_cache(ns: argparse.Namespace) -> int:
@@ -77,6 +79,11 @@ def _run_cache(ns: argparse.Namespace) -> int:
 
             n = precompile.clear()
             print(f"removed {n} precompiled packages from {precompile.dynamo_cache_dir()}")
+        if ns.graphs:
+            from .compiler import graph_cache
+
+            n = graph_cache.clear()
+            print(f"removed {n} AOTAutograd cache entries from {graph_cache.directory()}")
     return 0
 
 

@@ -1,4 +1,5 @@
-"""Fixtures for the compiler tests: a private executable cache and a clean Dynamo per test."""
+"""Fixtures for the compiler tests: a private executable cache, a private AOTAutograd cache and a
+clean Dynamo per test."""
 
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ def cache_root(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def _isolated_compiler(cache_root, monkeypatch):
+def _isolated_compiler(cache_root, monkeypatch, tmp_path_factory):
     from torchneuron.compiler import reset_metrics
     from torchneuron.compiler.cache import CACHE
     from torchneuron.compiler.lowering_cache import LOWERED
 
     monkeypatch.setenv("TORCHNEURON_CACHE_DIR", str(cache_root))
+    # AOTAutograd's cache (graph_cache.py) per test: a test compiles what it compiles
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.mktemp("inductor")))
     monkeypatch.delenv("TORCHNEURON_DUMP_DIR", raising=False)
     monkeypatch.delenv("TORCHNEURON_COMPILE_FALLBACK", raising=False)
     torch._dynamo.reset()

@@ -1,4 +1,8 @@
-"""The executable cache: warm starts, corrupt entries, concurrent processes."""
+"""The executable cache: warm starts, corrupt entries, concurrent processes.
+
+These tests run with AOTAutograd's cache of whole compiled graphs off (graph_cache.py, tested in
+test_graph_cache.py): it sits in front of the executable cache, so a warm graph would never reach
+the executable cache."""
 
 from __future__ import annotations
 
@@ -36,8 +40,13 @@ _SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.fixture(autouse=True)
+def _executable_cache_only(monkeypatch):
+    monkeypatch.setenv("TORCHNEURON_GRAPH_CACHE", "0")
+
+
 def _run(cache_dir: Path, wait: bool = True):
-    env = dict(os.environ, TORCHNEURON_CACHE_DIR=str(cache_dir))
+    env = dict(os.environ, TORCHNEURON_CACHE_DIR=str(cache_dir), TORCHNEURON_GRAPH_CACHE="0")
     env.pop("TORCHNEURON_DUMP_DIR", None)
     code = _SCRIPT.format(tests=str(Path(__file__).parent))
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,

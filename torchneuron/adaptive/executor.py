@@ -128,11 +128,11 @@ def build_graph(w: Window, live: list[int], lifted: set[int] | None = None,
 
 def _compile(gm: fx.GraphModule, inputs: list[torch.Tensor]):
     """AOTAutograd and the compile pipeline, as for ``torch.compile(backend="neuron")``."""
-    from ..compiler.backend import _aot_backend
+    from ..compiler.backend import compile_with_aot_autograd
     from ..compiler.settings import CompileOptions
 
     with torch.no_grad():
-        return _aot_backend(CompileOptions(fallback=False, partition=True))(gm, inputs)
+        return compile_with_aot_autograd(gm, inputs, CompileOptions(fallback=False, partition=True))
 
 
 _IMPOSSIBLE_VIEW = "Cannot view a tensor with shape"

@@ -12,6 +12,7 @@ compile eagerly on the device, with a warning.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import threading
 import warnings
@@ -20,7 +21,7 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
-from . import precompile
+from . import graph_cache, precompile
 from .errors import NeuronCompilationError
 from .graph_compiler import compile_graph
 from .passes import decompositions
@@ -29,9 +30,9 @@ from .settings import CompileOptions
 _DEFAULT_MODES = (None, "default")
 
 
-def _graph_compiler(kind: str, options: CompileOptions):
-    if precompile.enabled():  # results that Dynamo's caching precompile can store
-        return precompile.serializable_compiler(kind, lambda gm, _: compile_graph(gm, kind, options))
+def _graph_compiler(kind: str, options: CompileOptions, stored: bool):
+    if stored:  # results that AOTAutograd's cache (and Dynamo's caching precompile) can store
+        return graph_cache.serializable_compiler(kind, lambda gm, _: compile_graph(gm, kind, options))
 
     def compiler(gm: torch.fx.GraphModule, example_inputs):
         return make_boxed_func(compile_graph(gm, kind, options))
@@ -39,13 +40,17 @@ def _graph_compiler(kind: str, options: CompileOptions):
     return compiler
 
 
-def _aot_backend(options: CompileOptions):
-    return aot_autograd(
-        fw_compiler=_graph_compiler("forward", options),
-        bw_compiler=_graph_compiler("backward", options),
-        inference_compiler=_graph_compiler("inference", options),
+def compile_with_aot_autograd(gm: torch.fx.GraphModule, example_inputs, options: CompileOptions):
+    """AOTAutograd with the neuron compilers, through AOTAutograd's cache unless it is off."""
+    stored = graph_cache.enabled() or precompile.enabled()
+    backend = aot_autograd(
+        fw_compiler=_graph_compiler("forward", options, stored),
+        bw_compiler=_graph_compiler("backward", options, stored),
+        inference_compiler=_graph_compiler("inference", options, stored),
         decompositions=decompositions(convolution_backward=not options.uses_library_convolutions),
     )
+    with graph_cache.storing(options) if stored else contextlib.nullcontext():
+        return backend(gm, example_inputs)
 
 
 def _is_symbolic(x) -> bool:
@@ -102,7 +107,7 @@ class _PerShape:
         with self._lock:
             fn = self._compiled.get(sig)
             if fn is None:
-                fn = _aot_backend(self._options)(self._specialised(args), list(args))
+                fn = compile_with_aot_autograd(self._specialised(args), list(args), self._options)
                 self._compiled[sig] = fn
         return fn(*args)
 
@@ -127,7 +132,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode: str | None = 
         )
     if any(_is_symbolic(x) for x in example_inputs):
         return _PerShape(gm, opts)
-    return _aot_backend(opts)(gm, example_inputs)
+    return compile_with_aot_autograd(gm, example_inputs, opts)
 
 
 if precompile.requested():

@@ -334,6 +334,7 @@ def compile_graph(gm: fx.GraphModule, kind: str, options: CompileOptions):
         )
         record.fallback = True
         metrics.count("fallbacks")
+        gm.torchneuron_graph_id = graph_id
         return gm
     record.regions = len(placement.regions)
     record.compiled_nodes = sum(len(v) for v in placement.regions.values())
@@ -343,4 +344,5 @@ def compile_graph(gm: fx.GraphModule, kind: str, options: CompileOptions):
     dump.write("placement.txt", placement.format())
     metrics.count("graphs_compiled")
     outer.recompile()
+    outer.torchneuron_graph_id = graph_id  # graph_cache.py stores the record with the graph
     return outer

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from . import settings
 
@@ -31,19 +32,42 @@ class GraphRecord:
     eager_after_split: int = 0  # nodes left eager because they failed even on their own
     placement: dict[str, str] = field(default_factory=dict)  # node name -> region | "eager" | "library"
     model: str | None = None  # settings.set_model_name() in effect when the graph was compiled
+    loaded: bool = False  # rebuilt from a stored compiled graph (graph_cache.py), not compiled here
 
 
 _graphs: dict[str, GraphRecord] = {}
 _totals = {"graphs_compiled": 0, "cache_hits": 0, "cache_misses": 0, "compile_seconds": 0.0,
            "fallbacks": 0, "corrupt_cache_entries": 0, "eager_after_split": 0, "lowering_cache_hits": 0,
-           # caching precompile (precompile.py): graphs rebuilt from Dynamo's cache, time to rebuild and save
-           "precompiled_graphs_loaded": 0, "precompile_load_seconds": 0.0, "precompile_save_seconds": 0.0}
+           # graphs rebuilt from AOTAutograd's cache (graph_cache.py) or a precompile package, time to
+           # rebuild them; time to save precompile packages (precompile.py)
+           "graphs_loaded": 0, "graph_load_seconds": 0.0, "precompile_save_seconds": 0.0}
 
 
 def new_graph(graph_id: str, kind: str) -> GraphRecord:
     rec = GraphRecord(graph_id, kind, model=settings.model_name())
     with _lock:
         _graphs[graph_id] = rec
+    return rec
+
+
+def graph_record(graph_id: str | None) -> GraphRecord | None:
+    with _lock:
+        return _graphs.get(graph_id) if graph_id is not None else None
+
+
+_loaded_ids = itertools.count()
+
+
+def loaded_graph(stored: GraphRecord | None, kind: str, seconds: float) -> GraphRecord:
+    """Record a graph rebuilt from a stored one: its stored record (placement, regions …)
+    under a new id, marked ``loaded``, with nothing compiled or looked up in this process."""
+    rec = replace(stored, cache_hits=0, cache_misses=0, lowering_hits=0, pass_seconds=0.0,
+                  lowering_seconds=0.0, compile_seconds=0.0) if stored is not None else GraphRecord("", kind)
+    rec.graph_id, rec.loaded, rec.model = f"l{next(_loaded_ids)}", True, settings.model_name()
+    with _lock:
+        _graphs[rec.graph_id] = rec
+        _totals["graphs_loaded"] += 1
+        _totals["graph_load_seconds"] += seconds
     return rec
 
 

@@ -6,17 +6,16 @@ again) but still pays Dynamo's bytecode analysis, AOTAutograd's joint tracing an
 and torchneuron's own passes: most of a warm first step. PyTorch 2.14's *caching precompile*
 (``torch._dynamo.config.caching_precompile``) stores all of that: Dynamo's transformed bytecode
 and guards per function, and the backend's compiled forward/backward graphs (AOTAutograd's
-bundled cache). A backend takes part by handing AOTAutograd ``SerializableAOTDispatchCompiler``
-compilers whose results are :class:`~torch._inductor.output_code.OutputCode` objects, which is
-what :class:`NeuronOutputCode` is: the graph ``graph_compiler.compile_graph`` returns, pickled
-with its programs' ``.vmfb`` bytes (``executable.Program`` pickles as its bytes and name) and
-rebuilt — programs loaded, nothing traced or compiled — in the new process.
+bundled cache, which the backend uses by default: ``graph_cache.py``, whose
+:class:`~torchneuron.compiler.graph_cache.NeuronOutputCode` is the stored form of a compiled
+graph). With caching precompile a new process also skips Dynamo's work on the frame.
 
 With the switch on, :func:`enable` (called when the backend is first looked up, i.e. by
 ``torch.compile(..., backend="neuron")`` before it wraps the model) turns on caching precompile,
 compiles the backward graph together with the forward one (so that one save holds both) and tags
 AOTAutograd's cache keys with torchneuron's version, the compiler's version and the target (the
-keys ignore the backend otherwise). After a newly compiled frame first runs, its package is
+keys ignore the backend otherwise; ``graph_cache.storing`` adds the options and sources per
+compilation). After a newly compiled frame first runs, its package is
 written to PyTorch's dynamo cache (``<TORCHINDUCTOR_CACHE_DIR>/dynamo``, default
 ``/tmp/torchinductor_<user>/dynamo``); ``torch.compile`` then loads it in the next process.
 
@@ -38,18 +37,16 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
-import pickle
 import secrets
 import shutil
 import time
 import warnings
 from pathlib import Path
-from typing import Any
 
 import torch
-from torch._inductor.output_code import OutputCode
 
 from . import metrics
+from .graph_cache import NeuronOutputCode
 
 _TRUE = ("1", "true", "True", "yes", "on")
 
@@ -83,6 +80,7 @@ def enable() -> None:
 
     _key_packages_by_model()
     _unique_global_names()
+    NeuronOutputCode.on_first_run = _after_first_run
     dynamo_config.caching_precompile = True
     functorch_config.bundled_autograd_cache = True
     functorch_config.force_non_lazy_backward_lowering = True  # one save holds forward and backward
@@ -156,14 +154,14 @@ def clear() -> int:
     return n
 
 
-_unsaved = False  # a frame compiled in this process whose package is not written yet
+def _after_first_run(code: NeuronOutputCode) -> None:
+    """A newly compiled graph ran: its frame's package is complete (the forward runs first)."""
+    if code.kind != "backward":
+        _save()
 
 
 def _save() -> None:
-    """Write the packages of the frames compiled so far (after one of them first ran: its
-    package is complete by then)."""
-    global _unsaved
-    _unsaved = False
+    """Write the packages of the frames compiled so far."""
     from torch._dynamo.precompile_context import PrecompileContext
 
     t0 = time.perf_counter()
@@ -173,57 +171,3 @@ def _save() -> None:
         warnings.warn(f"torchneuron: the compiled frames could not be stored for the next process "
                       f"(TORCHNEURON_PRECOMPILE): {type(err).__name__}: {err}", RuntimeWarning, stacklevel=3)
     metrics.count("precompile_save_seconds", time.perf_counter() - t0)
-
-
-class NeuronOutputCode(OutputCode):
-    """A graph compiled by torchneuron, in the form AOTAutograd's bundled cache stores.
-
-    ``fn`` is the callable ``compile_graph`` returned (a GraphModule whose regions call compiled
-    programs). Serialised, it is that GraphModule pickled — programs as their ``.vmfb`` bytes —
-    and :meth:`post_compile` loads it again."""
-
-    def __init__(self, fn: Any, kind: str):
-        super().__init__()
-        self._boxed_call = True
-        self.fn = fn
-        self.kind = kind
-        self.blob: bytes | None = None
-        self._ran = False
-
-    def __call__(self, inputs: list) -> Any:
-        args = list(inputs)
-        inputs.clear()  # boxed calling convention: the callee owns (and frees) the inputs
-        out = self.fn(*args)
-        if not self._ran:
-            self._ran = True
-            if _unsaved and self.kind != "backward":
-                _save()
-        return out
-
-    def prepare_for_serialization(self) -> None:
-        # runs on a shallow copy of this object: the live ``fn`` stays with the original
-        self.blob = pickle.dumps(self.fn)
-        self.fn = None
-
-    def post_compile(self, example_inputs, constants, graph_kwargs) -> None:
-        if self.fn is None and self.blob is not None:  # loaded from the cache
-            t0 = time.perf_counter()
-            self.fn = pickle.loads(self.blob)
-            metrics.count("precompile_load_seconds", time.perf_counter() - t0)
-            metrics.count("precompiled_graphs_loaded")
-
-    def set_triton_bundle(self, triton_bundle: Any) -> None:
-        return None
-
-
-def serializable_compiler(kind: str, compile_fn):
-    """``compile_fn(gm, example_inputs)`` as an AOTAutograd compiler whose results the bundled
-    cache can store."""
-    from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler
-
-    def compiler(gm: torch.fx.GraphModule, example_inputs):
-        global _unsaved
-        _unsaved = True
-        return NeuronOutputCode(compile_fn(gm, example_inputs), kind)
-
-    return SerializableAOTDispatchCompiler(OutputCode, compiler)
