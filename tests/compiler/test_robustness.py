@@ -41,6 +41,55 @@ def test_a_region_that_fails_as_a_whole_is_split_and_the_rest_still_compiles(mon
     assert graph["cache_misses"] + graph["cache_hits"] >= 2  # the halves around it compiled
 
 
+@pytest.mark.parametrize("stopped_from_outside", [False, True])
+def test_a_rejection_is_remembered_unless_the_compiler_was_stopped(monkeypatch, tmp_path, stopped_from_outside):
+    """A warm start does not run a rejected compilation again (Swin3D-S ran ~500 of them on
+    every start); one whose compiler was stopped from outside (OOM killer, timeout) may not
+    recur and is tried again."""
+    from torchneuron.compiler.cache import CACHE
+
+    real = executable.compile_stablehlo
+    calls = []
+
+    def picky(text, flags):
+        calls.append("stablehlo.sine" in text)
+        if "stablehlo.sine" in text:
+            raise IreeCompileError("IREE compilation failed: sine rejected (test)", "log",
+                                   killed=stopped_from_outside)
+        return real(text, flags)
+
+    monkeypatch.setenv("TORCHNEURON_CACHE_DIR", str(tmp_path))  # a cold start of its own
+    monkeypatch.setenv("TORCHNEURON_GRAPH_CACHE", "0")  # the executable cache alone
+    monkeypatch.setattr("torchneuron.compiler.graph_compiler.compile_stablehlo", picky)
+    x = torch.randn(8, 16)
+    for start in ("cold", "warm"):
+        torch._dynamo.reset()
+        CACHE.clear_memory()
+        calls.clear()
+        out = torch.compile(_program, backend="neuron")(x.to(DEVICE))
+        torch.testing.assert_close(out.cpu(), _program(x), rtol=1e-5, atol=1e-5)
+        if start == "cold":
+            assert any(calls) and not all(calls)
+    if stopped_from_outside:
+        assert calls and all(calls)  # the rejected compilations again, nothing that compiled
+    else:
+        assert calls == []
+
+
+@pytest.mark.parametrize("sig, stopped", [(signal.SIGFPE, False), (signal.SIGSEGV, False),
+                                          (signal.SIGKILL, True)])
+def test_a_compiler_crash_is_told_from_a_stop(monkeypatch, sig, stopped):
+    import sys
+
+    import iree.compiler.tools.core as core
+
+    monkeypatch.setattr(core, "build_compile_command_line", lambda *a, **k: [
+        sys.executable, "-c", f"import os, signal; os.kill(os.getpid(), {int(sig)})"])
+    with pytest.raises(IreeCompileError, match=f"died of signal {int(sig)} \\({sig.name}\\)") as info:
+        executable._run_compiler("module {}", ())
+    assert info.value.killed is stopped
+
+
 def _tiny_graph() -> fx.GraphModule:
     from torch.fx.experimental.proxy_tensor import make_fx
 

@@ -176,16 +176,37 @@ def test_adaptive_avg_pool_after_permute_compiles_in_one_piece():
     torch.testing.assert_close(got, f(x), rtol=1e-5, atol=1e-6)
 
 
-def test_empty_view_input_reaches_the_executable():
-    # timm deepseek_vit: an empty slice of a cache (strides of its base) is a graph input
+@pytest.mark.parametrize("partition", [True, False])
+def test_empty_view_input_reaches_the_executable(partition):
+    # timm deepseek_vit: an empty slice of a cache (strides of its base) is a graph input; the
+    # partitioner keeps nodes on empty tensors eager, a whole-graph region passes it to IREE
     def step(x, past):
         return torch.cat([past, x], dim=2).softmax(-1) * 2
 
     x = torch.randn(2, 4, 8, 16)
     past = torch.randn(2, 4, 8, 16)[:, :, :0]
-    compiled = torch.compile(step, backend="neuron", fullgraph=True)
+    compiled = torch.compile(step, backend="neuron", fullgraph=True, options={"partition": partition})
     got = compiled(x.to(DEVICE), past.to(DEVICE)[:, :, :0])
     torch.testing.assert_close(got.cpu(), step(x, past))
+
+
+def test_an_empty_slice_assignment_stays_eager_and_nothing_fails_to_compile():
+    # torchvision Swin3D's attention mask with a zero shift: ``mask[-2:0] = c`` scatters an empty
+    # slice; IREE 3.13's compiler dies of SIGFPE on it, and splitting its region cost ~500
+    # compiler runs per Swin3D-S start
+    def mask_and_apply(x):
+        m = torch.zeros(4, 6, 6, device=x.device)
+        for count, (lo, hi) in enumerate(((0, -2), (-2, 0), (-2, None))):
+            m[lo:hi] = float(count)
+        return x * m + 1
+
+    torch._dynamo.reset()
+    x = torch.randn(4, 6, 6)
+    got = torch.compile(mask_and_apply, backend="neuron", fullgraph=True)(x.to(DEVICE))
+    torch.testing.assert_close(got.cpu(), mask_and_apply(x))
+    (graph,) = get_metrics()["graphs"].values()
+    assert graph["split_regions"] == 0 and graph["eager_after_split"] == 0
+    assert graph["regions"] >= 1 and "eager" in graph["placement"].values()
 
 
 @pytest.mark.parametrize("pool, shape", [

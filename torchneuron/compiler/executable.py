@@ -11,6 +11,7 @@ its dtype is one the chip computes in a narrower type (int64/float64, converted 
 from __future__ import annotations
 
 import re
+import signal
 import statistics
 import subprocess
 import threading
@@ -83,7 +84,9 @@ class IreeCompileError(RuntimeError):
         super().__init__(message)
         self.log = log
         self.seconds = seconds
-        self.killed = killed  # the compiler died of a signal (e.g. out of memory): may not recur
+        # the compiler was stopped from outside (the OOM killer's SIGKILL, a timeout): may not recur;
+        # a crash of its own (SIGFPE, SIGSEGV, SIGABRT …) recurs for the same input
+        self.killed = killed
 
 
 @dataclass
@@ -129,10 +132,21 @@ def _run_compiler(text: str, flags: tuple[str, ...]) -> CompileResult:
     if proc.returncode != 0:
         first = next((ln for ln in proc.stderr.decode(errors="replace").splitlines() if "error" in ln), "")
         if proc.returncode < 0:
-            first = f"the compiler was killed by signal {-proc.returncode}"
+            first = f"the compiler died of signal {-proc.returncode} ({_signal_name(-proc.returncode)})"
         raise IreeCompileError(f"IREE compilation failed: {first.strip()}", log, seconds,
-                               killed=proc.returncode < 0)
+                               killed=-proc.returncode in _STOPPED_FROM_OUTSIDE)
     return CompileResult(proc.stdout, log, seconds)
+
+
+# signals that stop the compiler from outside; any other is a crash of the compiler's own
+_STOPPED_FROM_OUTSIDE = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return "unknown signal"
 
 
 class _Staging(threading.local):

@@ -108,15 +108,17 @@ class CompiledRegion(torch.nn.Module):
         return self._recipe.restore(args, computed)
 
 
-# A linked program that IREE rejects is remembered in the cache as this marker plus the error, so
-# that a warm start goes straight to the smaller programs that did compile (see _link_or_bisect).
+# A program that IREE rejects is remembered in the cache as this marker plus the error, so that a
+# warm start goes straight to the smaller programs that did compile (see _link_or_bisect and
+# _compile_or_split) instead of running the failing compilations again (Swin3D-S: ~500 of them).
 _FAILED = b"torchneuron: compilation failed\n"
 
 
 def _program(label: str, what: str, text: str, text_with_locations: str, flags: tuple[str, ...],
-             record: metrics.GraphRecord, dump: GraphDump, remember_failure: bool = False) -> bytes:
+             record: metrics.GraphRecord, dump: GraphDump) -> bytes:
     """The ``.vmfb`` of a StableHLO module, from the cache or compiled now. ``label`` names the
-    dump files, ``what`` the program in errors."""
+    dump files, ``what`` the program in errors. A rejection is cached like a result, unless the
+    compiler was stopped from outside (out of memory, a timeout), which may not recur."""
     target = state.target().name
     key = cache_key(text, compiler_version(), flags, target)
     log: list[str] = []
@@ -136,7 +138,7 @@ def _program(label: str, what: str, text: str, text_with_locations: str, flags: 
         except IreeCompileError as err:
             record.compile_seconds += err.seconds
             metrics.count("compile_seconds", err.seconds)
-            if remember_failure and not err.killed:
+            if not err.killed:
                 meta["failed"] = str(err)
                 return _FAILED + json.dumps({"error": str(err), "log": err.log}).encode()
             raise failure(str(err), err.log) from err
@@ -264,8 +266,7 @@ def _link_or_bisect(members: list[tuple[fx.GraphModule, PreparedRegion]], record
         text_with_locations = link(list(functions.values()))
         dump.write(f"{label}.stablehlo.mlir", text_with_locations)
         what = f"program {label} (regions {', '.join(names)})"
-        vmfb = _program(label, what, text, text_with_locations, members[0][1].flags, record, dump,
-                        remember_failure=True)
+        vmfb = _program(label, what, text, text_with_locations, members[0][1].flags, record, dump)
         program = _load(vmfb, f"{record.graph_id}/{label}", what, record, dump)
     except (NeuronCompilationError, LinkError) as err:
         dump.write(f"{label}.split.log", f"{err}\n")

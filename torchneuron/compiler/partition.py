@@ -5,7 +5,8 @@ node alone lowers to StableHLO), it is not a random op (``passes.is_random``) an
 does not depend on how ties are broken (``TIE_ORDER_OPS``: ``topk``, ``sort`` … return the
 indices of equal values in an order that is the CPU kernel's algorithm's, which the compiled
 code cannot reproduce; an MoE router whose scores tie, as with zero-initialised gates, would pick
-other experts than eager mode and the CPU do). Connected
+other experts than eager mode and the CPU do) and it has no empty tensor among its inputs and results
+(``touches_empty_tensor``). Connected
 supported nodes are grouped by ``propose_regions`` into ``fused_<n>`` submodules;
 every other node stays in the outer graph and runs through the device's eager kernels: the
 operators of ``library.LIBRARY_OPS`` (convolutions) by choice, as library kernels, the rest
@@ -42,9 +43,24 @@ def depends_on_tie_order(node: fx.Node) -> bool:
     return isinstance(target, torch._ops.OpOverload) and target.overloadpacket in TIE_ORDER_OPS
 
 
+def touches_empty_tensor(node: fx.Node) -> bool:
+    """A node with a zero-element tensor among its inputs or results. IREE 3.13's compiler dies of
+    SIGFPE on some of them (``slice_scatter`` of an empty slice, from Swin3D's attention mask:
+    ``mask[-2:0] = c``), and each such failure cost a compiler run per half of its region while
+    splitting; eagerly, an operator on empty tensors costs next to nothing."""
+    def empty(v) -> bool:
+        return isinstance(v, torch.Tensor) and v.numel() == 0
+
+    vals = [a.meta.get("val") for a in node.all_input_nodes]
+    out = node.meta.get("val")
+    vals.extend(out if isinstance(out, (list, tuple)) else [out])
+    return any(empty(v) for v in vals)
+
+
 class LoweringSupport(OperatorSupportBase):
     """Supported = lowers to StableHLO on its own, is not a random op, does not depend on the
-    order of ties and, with ``library=True``, is not one of the library kernels' operators."""
+    order of ties, touches no empty tensor and, with ``library=True``, is not one of the library
+    kernels' operators."""
 
     def __init__(self, library: bool = True):
         self.library = library
@@ -52,7 +68,7 @@ class LoweringSupport(OperatorSupportBase):
     def candidate(self, node: fx.Node) -> bool:
         """A node whose support is decided by whether it lowers."""
         return node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
-            and not is_random(node) and not depends_on_tie_order(node) \
+            and not is_random(node) and not depends_on_tie_order(node) and not touches_empty_tensor(node) \
             and not (self.library and is_library_node(node))
 
     def is_node_supported(self, submodules, node: fx.Node) -> bool:
