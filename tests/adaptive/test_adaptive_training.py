@@ -119,3 +119,23 @@ def test_channels_last_views_in_backward_stay_fused():
     assert m["windows_fused"] >= 1 and m["windows_non_fusable"] == 0, m["failures"]
     for ge, ga in zip(grads["eager"], grads["adaptive"], strict=True):
         torch.testing.assert_close(ga, ge, rtol=1e-4, atol=1e-5)
+
+
+def test_attention_backward_window_stays_fused():
+    """torchvision ViT: ``nn.MultiheadAttention`` runs SDPA's CPU flash-attention kernel, whose
+    log-sum-exp result its backward reads. PyTorch's decomposition gave the attention weights in
+    its place, so every window passing it on failed to run fused (the sweep's four ViTs)."""
+    torch.manual_seed(0)
+    base = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True)
+    x = torch.randn(2, 5, 16)
+    grads = {}
+    for mode in ("eager", "adaptive"):
+        adaptive.reset_metrics()
+        model = copy.deepcopy(base).to("neuron")
+        with torchneuron.execution_mode(mode):
+            model(x.to("neuron")).square().sum().backward()
+        grads[mode] = [p.grad.cpu() for p in model.parameters()]
+    m = adaptive.get_metrics()
+    assert m["windows_fused"] >= 1 and m["windows_non_fusable"] == 0, m["failures"]
+    for ge, ga in zip(grads["eager"], grads["adaptive"], strict=True):
+        torch.testing.assert_close(ga, ge, rtol=1e-4, atol=1e-5)

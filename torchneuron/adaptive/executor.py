@@ -139,9 +139,9 @@ _IMPOSSIBLE_VIEW = "Cannot view a tensor with shape"
 
 
 class _ResultMismatch(Exception):
-    """A compiled window's result does not have the shape its recorded op gave (PyTorch's
-    decomposition of ``_scaled_dot_product_flash_attention_for_cpu`` returns the attention
-    weights where the kernel returns the log-sum-exp): the window runs op by op instead."""
+    """A compiled window's result does not have the shape its recorded op gave (a decomposition
+    whose results differ from the kernel's, as PyTorch's of ``_scaled_dot_product_flash_attention_for_cpu``
+    did before ``compiler/attention.py``): the window runs op by op instead."""
 
 
 def _check_results(live, results) -> None:

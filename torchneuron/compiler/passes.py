@@ -53,6 +53,7 @@ def decompositions(convolution_backward: bool = True) -> dict:
     from torch._decomp import get_decompositions
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
+    from .attention import attention_decompositions
     from .convolution import convolution_decompositions
     from .foreach import foreach_decompositions
     from .pooling import pooling_decompositions
@@ -65,6 +66,7 @@ def decompositions(convolution_backward: bool = True) -> dict:
         table.update(convolution_decompositions())
     table.update(pooling_decompositions())
     table.update(view_decompositions())
+    table.update(attention_decompositions())
     return table
 
 
