@@ -247,3 +247,41 @@ def test_recorded_ops_count_as_executed_on_the_device(adaptive_mode):
     assert y.shape == (8,)
     executed = torchneuron.get_executed_ops()
     assert executed.get("aten::exp", 0) >= 1 and executed.get("aten::mul.Tensor", 0) >= 1, executed
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_running_a_window_leaves_version_counters_as_eager_left_them(adaptive_mode, monkeypatch, fused):
+    """Autograd's in-place check reads version counters: an op bumps them when it is recorded, as
+    in eager, and running its window (fused, or replayed op by op) must not bump them again. A
+    batch norm's training forward writes its running statistics and saves them for its backward;
+    a window run from outside any operator (``torch.neuron.synchronize()``) bumped them once more,
+    and the backward refused to run (found in Mask R-CNN v2's mask head)."""
+    monkeypatch.setattr(executor, "CACHE", executor.WindowCache())  # this test's windows, compiled or not
+    if not fused:
+        monkeypatch.setattr(executor, "_compile", lambda gm, inputs: (_ for _ in ()).throw(RuntimeError("no")))
+
+    def versions(bn, x, w):
+        return (bn.running_mean._version, bn.running_var._version, bn.num_batches_tracked._version,
+                x._version, w._version)
+
+    def step(device):
+        torch.manual_seed(0)
+        bn = torch.nn.BatchNorm1d(4).to(device).train()
+        x = torch.randn(8, 4, device=device, requires_grad=True)
+        w = torch.ones(4, device=device)
+        y = bn(x)
+        w.mul_(2)  # an in-place op of the user's, bumped once
+        torch.neuron.synchronize()
+        z = bn(x * w)  # the same module again, as the FPN heads call theirs
+        torch.neuron.synchronize()
+        seen = versions(bn, x, w)
+        (y.sum() + (z * z).sum()).backward()
+        return seen, x.grad.cpu(), bn.running_mean.cpu()
+
+    with torchneuron.execution_mode("eager"):
+        seen_eager, grad_eager, mean_eager = step("neuron")
+    seen, grad, mean = step("neuron")
+    assert seen == seen_eager
+    torch.testing.assert_close(grad, grad_eager)
+    torch.testing.assert_close(mean, mean_eager)
+    assert adaptive.get_metrics()["windows_fused" if fused else "windows_replayed"] >= 2

@@ -19,6 +19,7 @@ from which the op was launched.
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import warnings
 
@@ -248,6 +249,19 @@ def _checks_pass(w: Window) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def _as_recorded():
+    """Running recorded ops: below autograd and below the version-counter bumps. Each op got
+    both when it was recorded, as in eager (autograd saved its inputs at the versions they had
+    then); the write-back of a fused window's mutated inputs, or a replayed in-place op, would
+    bump the counters of the user's tensors a second time and autograd would take them for
+    modified (``... is at version 2; expected version 1``). A window flushed from inside an
+    operator (``.item()``) already runs below both; one flushed from outside
+    (``torch.neuron.synchronize()``, a host read by a fallback) did not."""
+    with torch.no_grad(), torch._C._AutoDispatchBelowADInplaceOrView():
+        yield
+
+
 def run_window(w: Window, reason: str) -> None:
     """Execute the work recorded in ``w`` (recording is off while this runs)."""
     metrics.count("windows")
@@ -290,7 +304,7 @@ def run_window(w: Window, reason: str) -> None:
     results = None
     if entry is not _NON_FUSABLE and (not w.checks or _checks_pass(w)):
         try:
-            with torch.no_grad(), results_into_destinations():
+            with _as_recorded(), results_into_destinations():
                 results = entry(*w.placeholders, *extra)
             _check_results(live, results)  # before any result is written to its destination
             metrics.count("windows_fused")
@@ -309,7 +323,7 @@ def run_window(w: Window, reason: str) -> None:
         if gm is None:
             gm = build_graph(w, [o.value for o in live])
         metrics.count("windows_replayed")
-        with torch.no_grad():
+        with _as_recorded():
             results = _Replay(gm, w).run(*w.placeholders)
     for o, r in zip(live, results, strict=True):
         block = o.block()
