@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from torchneuron.compiler import get_metrics
-from torchneuron.compiler.pooling import max_pool2d_ceil_mode, pooled_size
+from torchneuron.compiler.pooling import max_pool2d_as_taps, max_pool2d_ceil_mode, pooled_size
 
 DEVICE = "neuron"
 _aten = torch.ops.aten
@@ -59,6 +59,63 @@ def test_ceil_mode_decomposition_matches_aten_exhaustively():
     assert max_pool2d_ceil_mode(torch.randn(1, 1, 4, 4), [2, 2], [2, 2], [0, 0], [1, 1], False) is NotImplemented
 
 
+def _with_ties_nans_and_infinities(x: torch.Tensor) -> torch.Tensor:
+    x[0, 0, 1, 1] = float("nan")
+    x[1, 1, 2, :] = float("-inf")
+    x[1, 2, :2, :2] = 0.5  # a tie in the first window
+    return x
+
+
+def test_max_pool_as_taps_matches_aten_exhaustively():
+    """The running maximum over the taps gives PyTorch's CPU kernel's values and indices exactly,
+    over every small geometry PyTorch accepts, floor and ceil mode, with ties (the first
+    position wins), NaNs (the last one wins) and rows of -inf (never picked over the window's
+    first position)."""
+    torch.manual_seed(0)
+    checked = 0
+    for h, w, k, s, p, d, ceil in itertools.product((5, 6, 7, 10), (4, 9), (1, 2, 3), (1, 2, 3), (0, 1), (1, 2),
+                                                    (False, True)):
+        if p > k // 2:
+            continue
+        x = _with_ties_nans_and_infinities(torch.randn(2, 3, h, w))
+        args = ([k, k], [s, s], [p, p], [d, d], ceil)
+        try:
+            ref_v, ref_i = _aten.max_pool2d_with_indices.default(x, *args)
+        except RuntimeError:
+            continue  # a geometry PyTorch rejects
+        got_v, got_i = max_pool2d_as_taps(x, *args)
+        torch.testing.assert_close(got_v, ref_v, rtol=0, atol=0, equal_nan=True)
+        assert torch.equal(got_i, ref_i), (h, w, k, s, p, d, ceil)
+        checked += 1
+    assert checked > 400
+    for dtype in (torch.bfloat16, torch.float16):  # compared in the same dtype: exact too
+        x = _with_ties_nans_and_infinities(torch.randn(2, 3, 9, 8)).to(dtype)
+        ref = _aten.max_pool2d_with_indices.default(x, [3, 3], [2, 2], [1, 1])
+        got = max_pool2d_as_taps(x, [3, 3], [2, 2], [1, 1])
+        torch.testing.assert_close(got[0], ref[0], rtol=0, atol=0, equal_nan=True)
+        assert torch.equal(got[1], ref[1])
+    unbatched = torch.randn(3, 7, 7)
+    ref = _aten.max_pool2d_with_indices.default(unbatched, [2, 2], [2, 2])
+    assert all(torch.equal(a, b) for a, b in zip(max_pool2d_as_taps(unbatched, [2, 2], [2, 2]), ref, strict=True))
+
+
+def test_compiled_max_pool_with_indices_is_the_cpu_kernels():
+    """ResNet's stem pool, fused with its producer: values and indices exactly the CPU's, ties
+    and NaNs included, and nothing left to run eagerly."""
+    x = _with_ties_nans_and_infinities(torch.randn(2, 3, 12, 12))
+
+    def f(t):
+        v, i = F.max_pool2d(t * 1.0, 3, 2, 1, return_indices=True)
+        return v, i
+
+    ref_v, ref_i = f(x)
+    got_v, got_i = torch.compile(f, backend="neuron")(x.to(DEVICE))
+    (graph,) = get_metrics()["graphs"].values()
+    assert graph["eager_nodes"] == 0, graph["placement"]
+    torch.testing.assert_close(got_v.cpu(), ref_v, rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(got_i.cpu(), ref_i)
+
+
 @pytest.mark.parametrize("with_indices", [False, True], ids=["values", "indices"])
 @pytest.mark.parametrize("size,kernel,stride,padding,dilation", CEIL_GEOMETRIES)
 def test_ceil_mode_max_pool_fused_with_its_producer(size, kernel, stride, padding, dilation, with_indices):
@@ -103,8 +160,9 @@ def test_squeezenet_fire_then_ceil_pool_matches_cpu():
         got = torch.compile(sub.to(DEVICE), backend="neuron")(x.to(DEVICE)).cpu()
     (graph,) = get_metrics()["graphs"].values()
     placement = graph["placement"]
-    pools = [node for node in placement if "max_pool" in node]
-    assert len(pools) == 2 and all(placement[p].startswith("fused_") for p in pools), placement  # compiled
+    # each pool is a -inf pad and a running maximum over its taps (pooling.max_pool2d_as_taps), compiled
+    pads = [node for node in placement if node.startswith("constant_pad_nd")]
+    assert len(pads) == 2 and all(placement[p].startswith("fused_") for p in pads), placement
     # the convolutions are library kernels; a ReLU alone between two of them runs eagerly
     assert all(node.startswith("relu") for node, where in placement.items() if where == "eager"), placement
     torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)

@@ -21,6 +21,10 @@
   ceiling explicit instead: the input is padded with ``-inf`` at the bottom/right by exactly
   what the ceiling adds, then pooled with ``ceil_mode=False``, and the indices (positions in
   the padded width) are mapped back to the input's width.
+  Floating-point pools now take :func:`max_pool2d_as_taps` (next point), which pads for the
+  ceiling itself; this decomposition remains for integer pools.
+* **NaNs** — IREE 3.13's code for the two-result ``reduce_window`` (values and indices) drops
+  NaNs; :func:`max_pool2d_as_taps` computes both as a running maximum over the window's taps.
 * **unit windows** — ``avg_pool2d(x, 1, 2)`` (NASNet/PNASNet's factorized reductions) lowers to
   a ``stablehlo.reduce_window`` with a 1x1 window and stride 2. When its input is also a result
   of the program, IREE 3.13 writes that result only at the strided positions the pool reads and
@@ -87,6 +91,59 @@ def max_pool2d_ceil_mode(x: torch.Tensor, kernel_size, stride=(), padding=(0,), 
     return values, indices
 
 
+def _tap_positions(out: int, stride: int, pad: int, offset: int, device) -> torch.Tensor:
+    """Input row (or column) read by tap ``offset`` of each of ``out`` windows (may be outside)."""
+    return _aten.add.Tensor(_aten.mul.Tensor(torch.arange(out, device=device), stride), offset - pad)
+
+
+def max_pool2d_as_taps(x: torch.Tensor, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode: bool = False):
+    """``max_pool2d_with_indices`` of a floating-point tensor as a running maximum over the
+    window's ``kh * kw`` taps, each a strided slice of the ``-inf``-padded input: elementwise
+    comparisons and selects, fused into one loop. PyTorch's CPU kernel is matched exactly, ties
+    and NaNs included: a tap replaces the maximum when it is greater or NaN (so the last NaN
+    wins, a ``-inf`` never does), starting from ``-inf`` at the window's first position inside
+    the input. The ceiling of ``ceil_mode`` is more padding at the end.
+
+    Why: torch-mlir lowers the op with its indices to a two-result ``stablehlo.reduce_window``,
+    and IREE 3.13's code for it drops NaNs — a window holding one gave the maximum of the other
+    values and its index, so a compiled training step hid a NaN that eager propagates
+    (``test_compiled_max_pool_with_indices_is_the_cpu_kernels``). Speed, this host: ResNet-18's
+    stem pool with its producer and backward (8x64x32x32, 3x3/2) 9.4 against 11.3 ms; values
+    only (inference, where the index computation is dead code) 1.6-1.7 against 1.0-1.3 ms."""
+    if not x.is_floating_point():
+        return max_pool2d_ceil_mode(x, kernel_size, stride, padding, dilation, ceil_mode)
+    kernel = _spatial(kernel_size, 2)
+    strides = _spatial(stride, 2, kernel)
+    pads, dils = _spatial(padding, 2), _spatial(dilation, 2)
+    sizes = (x.shape[-2], x.shape[-1])
+    outs = [pooled_size(n, k, s, p, d, ceil_mode) for n, k, s, p, d in zip(sizes, kernel, strides, pads, dils, strict=True)]
+    high = [max(0, (o - 1) * s + d * (k - 1) + 1 - (n + p))
+            for n, o, k, s, p, d in zip(sizes, outs, kernel, strides, pads, dils, strict=True)]
+    padded = _aten.constant_pad_nd.default(x, [pads[1], high[1], pads[0], high[0]], float("-inf"))
+    width = sizes[1]
+    # the window's first position inside the input: where PyTorch's kernel starts its index
+    first = []
+    for o, s, p, d in zip(outs, strides, pads, dils, strict=True):
+        start = _tap_positions(o, s, p, 0, x.device)
+        before = _aten.clamp_min.default(_aten.neg.default(start), 0)  # positions left of the input
+        first.append(_aten.add.Tensor(start, _aten.mul.Tensor(_aten.div.Tensor_mode(
+            _aten.add.Tensor(before, d - 1), d, rounding_mode="floor"), d)))
+    index = _aten.add.Tensor(_aten.mul.Tensor(_aten.unsqueeze.default(first[0], 1), width), first[1])
+    index = _aten.expand.default(index, [*x.shape[:-2], *outs])
+    value = _aten.full.default([*x.shape[:-2], *outs], float("-inf"), dtype=x.dtype, device=x.device)
+    for i in range(kernel[0]):
+        rows = _aten.slice.Tensor(padded, -2, i * dils[0], i * dils[0] + (outs[0] - 1) * strides[0] + 1, strides[0])
+        row_at = _tap_positions(outs[0], strides[0], pads[0], i * dils[0], x.device)
+        for j in range(kernel[1]):
+            tap = _aten.slice.Tensor(rows, -1, j * dils[1], j * dils[1] + (outs[1] - 1) * strides[1] + 1, strides[1])
+            col_at = _tap_positions(outs[1], strides[1], pads[1], j * dils[1], x.device)
+            at = _aten.add.Tensor(_aten.mul.Tensor(_aten.unsqueeze.default(row_at, 1), width), col_at)
+            take = _aten.logical_or.default(_aten.gt.Tensor(tap, value), _aten.isnan.default(tap))
+            value = _aten.where.self(take, tap, value)
+            index = _aten.where.self(take, at, index)
+    return value, index
+
+
 def avg_pool_unit_window(x: torch.Tensor, kernel_size, stride=(), padding=(0,), ceil_mode: bool = False,
                          count_include_pad: bool = True, divisor_override=None, *, dims: int = 2):
     """``avg_pool2d`` (``dims=3``: ``avg_pool3d``) with a one-element window and no padding as
@@ -108,11 +165,11 @@ def avg_pool_unit_window(x: torch.Tensor, kernel_size, stride=(), padding=(0,), 
 def pooling_decompositions() -> dict:
     from torch._decomp import get_decompositions
 
-    table = {_aten.max_pool2d_with_indices.default: max_pool2d_ceil_mode,
+    table = {_aten.max_pool2d_with_indices.default: max_pool2d_as_taps,
              _aten.avg_pool2d.default: avg_pool_unit_window,
              _aten.avg_pool3d.default: functools.partial(avg_pool_unit_window, dims=3)}
     table.update(get_decompositions([_aten.max_pool2d_with_indices_backward]))
     return table
 
 
-__all__ = ["avg_pool_unit_window", "max_pool2d_ceil_mode", "pooled_size", "pooling_decompositions"]
+__all__ = ["avg_pool_unit_window", "max_pool2d_as_taps", "max_pool2d_ceil_mode", "pooled_size", "pooling_decompositions"]
