@@ -105,8 +105,8 @@ def max_pool2d_as_taps(x: torch.Tensor, kernel_size, stride=(), padding=(0,), di
     the input. The ceiling of ``ceil_mode`` is more padding at the end.
 
     Why: torch-mlir lowers the op with its indices to a two-result ``stablehlo.reduce_window``,
-    and IREE 3.13's code for it drops NaNs — a window holding one gave the maximum of the other
-    values and its index, so a compiled training step hid a NaN that eager propagates
+    and IREE 3.13's code for it drops NaNs — in the windows holding one, values and indices
+    differed from the CPU's (no NaN out), so a compiled training step hid a NaN that eager propagates
     (``test_compiled_max_pool_with_indices_is_the_cpu_kernels``). Speed, this host: ResNet-18's
     stem pool with its producer and backward (8x64x32x32, 3x3/2) 9.4 against 11.3 ms; values
     only (inference, where the index computation is dead code) 1.6-1.7 against 1.0-1.3 ms."""
