@@ -21,6 +21,7 @@ from torchneuron.compiler import get_metrics, reset_metrics
 _SCRIPT = textwrap.dedent(
     """
     import json
+    import sys
     import torch
     from torch import nn
     import torchneuron.compiler as tc
@@ -40,7 +41,9 @@ _SCRIPT = textwrap.dedent(
         losses.append(loss.item())
     m = tc.get_metrics()
     print(json.dumps({"losses": losses, "compiled": m["graphs_compiled"], "loaded": m["graphs_loaded"],
-                      "records": [(r["kind"], r["loaded"], r["compiled_nodes"]) for r in m["graphs"].values()]}))
+                      "records": [(r["kind"], r["loaded"], r["compiled_nodes"]) for r in m["graphs"].values()],
+                      "inductor_codegen": [k for k in ("torch._inductor.codegen.cpp", "torch._inductor.codegen.triton",
+                                                       "torch._inductor.codegen.wrapper") if k in sys.modules]}))
     """
 )
 
@@ -63,6 +66,9 @@ def test_new_process_loads_the_compiled_graphs_and_trains_alike(tmp_path):
     warm = _run(tmp_path)
     assert warm["compiled"] == 0 and warm["loaded"] == 2
     assert warm["losses"] == cold["losses"]  # the same programs: the same bits
+    # the key leaves out what only Inductor's code generators need (graph_cache_key.py): neither
+    # process imports them (importing them all was ~1 s of a warm start)
+    assert cold["inductor_codegen"] == warm["inductor_codegen"] == []
     # a loaded graph keeps the record it was compiled with (its placement), marked loaded
     assert sorted(warm["records"]) == sorted([k, True, n] for k, _, n in cold["records"])
     off = _run(tmp_path, TORCHNEURON_GRAPH_CACHE="0")
@@ -103,6 +109,38 @@ def test_other_options_or_environment_compile_again(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(tmp_path / "dump"))
     _, compiled, loaded = compile_and_run()  # a dump needs a compilation
     assert (compiled, loaded) == (1, 0) and any((tmp_path / "dump").iterdir())
+
+
+def test_key_keeps_aotautograd_and_process_state(tmp_path, monkeypatch):
+    """The lean key (graph_cache_key.py) still tells apart what AOTAutograd's own key does."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+
+    def f(x):
+        return torch.tanh(x) * 2
+
+    x = torch.randn(5, 3).to("neuron")
+
+    def counts(**patch):
+        torch._dynamo.reset()
+        reset_metrics()
+        with torch._inductor.config.patch(**patch):
+            out = torch.compile(f, backend="neuron")(x)
+        torch.testing.assert_close(out.cpu(), f(x.cpu()))
+        m = get_metrics()
+        return m["graphs_compiled"], m["graphs_loaded"]
+
+    assert counts() == (1, 0)
+    assert counts() == (0, 1)
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert counts() == (1, 0)  # deterministic-algorithm settings are in the key
+        assert counts() == (0, 1)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert counts(max_autotune=True) == (1, 0)  # Inductor's configuration still over-keys (cheap)
+    assert counts() == (0, 1)
+    with torch.no_grad():  # grad mode: AOTAutograd's own part of the key
+        assert counts() == (1, 0)
 
 
 def _compile_and_run(f, *args):

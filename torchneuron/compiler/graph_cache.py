@@ -13,7 +13,8 @@ compiled — in the next process.
 The key does not name the backend or its options, so each compilation runs with
 ``torch.compiler.config.cache_key_tag`` naming torchneuron's version, its compiler's sources,
 the IREE compiler, the target, the compile options and the ``TORCHNEURON_*`` environment
-(:func:`key_tag`). Forward and backward are compiled together
+(:func:`key_tag`); the parts of the key that only Inductor's code generators need (importing them
+all, hashing Triton) are left out (``graph_cache_key.py``: about 1 s of a warm start). Forward and backward are compiled together
 (``force_non_lazy_backward_lowering``) so that one entry holds both. Entries live in
 ``<TORCHINDUCTOR_CACHE_DIR>/aotautograd`` (default ``/tmp/torchinductor_<user>``); a graph
 loaded from there is counted as ``graphs_loaded`` in ``get_metrics()`` and keeps the placement
@@ -45,7 +46,7 @@ from typing import Any
 import torch
 from torch._inductor.output_code import OutputCode
 
-from . import metrics, settings
+from . import graph_cache_key, metrics, settings
 from .settings import CompileOptions
 
 
@@ -97,13 +98,15 @@ def key_tag(options: CompileOptions) -> str:
 @contextlib.contextmanager
 def storing(options: CompileOptions) -> Iterator[None]:
     """Around one AOTAutograd compilation: the bundled cache, one entry for forward and backward,
-    and the key tagged with :func:`key_tag` (added to a tag the user set)."""
+    the key tagged with :func:`key_tag` (added to a tag the user set) and computed without
+    Inductor's code-generator and Triton hashes (``graph_cache_key.py``)."""
     import torch._functorch.config as functorch_config
 
     current = torch.compiler.config.cache_key_tag
     tag = key_tag(options)
     with functorch_config.patch(bundled_autograd_cache=True, force_non_lazy_backward_lowering=True), \
-            torch.compiler.config.patch(cache_key_tag=f"{current}|{tag}" if current else tag):
+            torch.compiler.config.patch(cache_key_tag=f"{current}|{tag}" if current else tag), \
+            graph_cache_key.keyed_for_neuron():
         yield
 
 
