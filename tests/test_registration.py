@@ -83,3 +83,22 @@ def test_import_torchneuron_before_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "6.0"
+
+
+def test_autoload_leaves_dynamo_unimported_and_skips_the_device_once_it_loads():
+    # Dynamo costs ~1.1 s to import: `import torch` does not pay it for torchneuron; when something
+    # imports it later, the device's kernels and runtime are kept out of tracing all the same
+    code = (
+        "import sys, torch\n"
+        "assert torch.accelerator.current_accelerator().type == 'neuron'\n"
+        "assert 'torch._dynamo' not in sys.modules, 'autoload imported Dynamo'\n"
+        "import torch._dynamo.trace_rules as rules\n"
+        "import torchneuron.ops.generic as kernels\n"
+        "assert rules.check_file(kernels.__file__).skipped\n"
+        "assert not rules.check_file(__import__('torchneuron.nki.language').nki.language.__file__).skipped\n"
+        "f = torch.compile(lambda x: torch.relu(x) * 2, backend='neuron')\n"
+        "print(f(torch.tensor([-1.0, 3.0], device='neuron')).cpu().tolist())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "[0.0, 6.0]"

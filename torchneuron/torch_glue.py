@@ -15,7 +15,9 @@ PyTorch's own function otherwise.
   memory needs a C++ pinned allocator; the simulated device's memory *is* host memory, so a
   plain host copy is what pinning would achieve (DataLoader's ``pin_memory=True`` keeps working).
 * Dynamo: frames of the device's own kernels and runtime are never traced (they run when
-  compiled code falls back to eager, and would otherwise be compiled themselves).
+  compiled code falls back to eager, and would otherwise be compiled themselves). torchneuron
+  does not import Dynamo itself (it would add ~1.1 s to ``import torch``): the rule is added
+  right after ``torch._dynamo.trace_rules`` is first imported, by a one-shot import hook.
 * ``Module.to("neuron")``: PyTorch only swaps parameter data in place (keeping identity, so
   tied weights stay tied and optimizers built earlier stay valid) between its own dense
   backends; for a PrivateUse1 device it makes a new Parameter per module. The original
@@ -30,6 +32,10 @@ PyTorch's own function otherwise.
 """
 
 from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import sys
 
 import torch
 
@@ -102,12 +108,48 @@ def _patch_pin_memory() -> None:
     torch.Tensor.pin_memory = pin_memory  # type: ignore[method-assign]
 
 
-def skip_in_dynamo() -> None:
-    """Keep Dynamo out of the device's kernels and runtime (called once torch._dynamo loads)."""
-    import torch._dynamo.trace_rules as rules
+def skip_in_dynamo(rules=None) -> None:
+    """Keep Dynamo out of the device's kernels and runtime (``rules``: Dynamo's ``trace_rules``)."""
+    if rules is None:
+        import torch._dynamo.trace_rules as rules
 
     for mod in ("torchneuron.ops", "torchneuron.runtime", "torchneuron.profiler"):
         rules.add(mod)
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Calls ``callback(module)`` right after the module ``name`` is first executed (once).
+
+    torchneuron does not import Dynamo (about 1.1 s, most of what it would add to ``import
+    torch``); what it must tell Dynamo is told when something else imports it."""
+
+    def __init__(self, name: str, callback) -> None:
+        self.name = name
+        self.callback = callback
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)  # the other finders locate the module
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        execute, callback = spec.loader.exec_module, self.callback
+
+        def exec_module(module) -> None:
+            execute(module)
+            callback(module)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def after_import(name: str, callback) -> None:
+    """``callback(module)`` once ``name`` is imported: now if it already is, else right after."""
+    if name in sys.modules:
+        callback(sys.modules[name])
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, callback))
 
 
 def _patch_storage_to() -> None:
@@ -238,8 +280,5 @@ def install() -> None:
     _patch_printing()
     _patch_module_apply()
     _backward_on_calling_thread()
-    import sys
-
-    if "torch._dynamo" in sys.modules:
-        skip_in_dynamo()
+    after_import("torch._dynamo.trace_rules", skip_in_dynamo)
     _done = True

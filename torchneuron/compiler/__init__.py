@@ -4,6 +4,10 @@ Dynamo → AOTAutograd (forward/backward graphs) → FX passes → partitioning 
 be lowered run eagerly on the device) → StableHLO (torch-mlir) → ``.vmfb`` executables (IREE,
 for the host CPU that simulates the NeuronCore) → cached on disk and run on device memory.
 See docs/compile.md.
+
+Importing this package does not import Dynamo: the backend reaches Dynamo through the
+``torch_dynamo_backends`` entry point (``neuron = torchneuron.compiler.backend:neuron_backend``),
+which Dynamo loads when ``backend="neuron"`` is first looked up.
 """
 
 from __future__ import annotations
@@ -20,20 +24,3 @@ def __getattr__(name: str):
 
         return neuron_backend
     raise AttributeError(name)
-
-
-def _register_with_dynamo() -> None:
-    from torch._dynamo.backends.registry import _BACKENDS, _COMPILER_FNS, register_backend
-
-    # When Dynamo is loading the `torch_dynamo_backends` entry point, it registers it itself.
-    if "neuron" not in _COMPILER_FNS and _BACKENDS.get("neuron") is None:
-        from .backend import neuron_backend
-
-        register_backend(name="neuron")(neuron_backend)
-
-
-_register_with_dynamo()
-
-from ..torch_glue import skip_in_dynamo  # noqa: E402
-
-skip_in_dynamo()
