@@ -21,7 +21,8 @@ and replaces those three with the torch version (torch's sources are also hashed
 Triton kernels, or takes opaque inputs, is keyed by PyTorch's full details, unchanged.
 
 :func:`keyed_for_neuron` puts the class in place for the duration of one AOTAutograd compilation
-of the neuron backend (``graph_cache.storing``); Inductor's own compilations are not affected.
+of the neuron backend (``graph_cache.storing``); Inductor's own compilations are not affected
+(Dynamo compiles one frame at a time, under its ``compile_lock``).
 """
 
 from __future__ import annotations
