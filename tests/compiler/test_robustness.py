@@ -115,3 +115,19 @@ def test_isolated_lowering_gives_the_same_stablehlo():
     here = lowering.lower(_tiny_graph(), isolate=False)
     child = lowering.lower(_tiny_graph(), isolate=True)
     assert here.text == child.text and "stablehlo.negate" in child.text
+
+
+def test_isolated_lowering_survives_the_parents_openmp_threads(monkeypatch):
+    # GNU OpenMP is not fork-safe: a forked child that starts a parallel region after the parent
+    # ran one waits forever for threads it does not have. torch-mlir's importer builds index
+    # tensors for as_strided ops with ATen (large enough to run in parallel): MViT-v2's windows
+    # of adaptive mode hung there until the lowering timeout, hundreds of times.
+    if torch.get_num_threads() < 2:
+        pytest.skip("needs ATen's thread pool to have several threads")
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    monkeypatch.setenv("TORCHNEURON_LOWERING_TIMEOUT", "60")
+    torch.ones(1 << 22).add_(1)  # the parent's OpenMP team exists
+    gm = make_fx(lambda b, s: torch.ops.aten.as_strided.default(b, [256, 512], [2048, 2], 0) * s,
+                 tracing_mode="fake")(torch.randn(512, 1024), torch.randn(256, 512))
+    assert "stablehlo.multiply" in lowering.lower(gm, isolate=True).text

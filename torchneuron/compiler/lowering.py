@@ -108,6 +108,9 @@ def _lower_in_child(gm: fx.GraphModule, name: str) -> Lowered:
         code = 0
         try:
             os.close(r)
+            # GNU OpenMP is not fork-safe: a parallel region here would wait forever for the
+            # parent's worker threads (torch-mlir builds as_strided index tensors with ATen)
+            torch.set_num_threads(1)
             faulthandler.disable()  # a crash here is reported by the parent, not dumped twice
             resource.setrlimit(resource.RLIMIT_AS, (vm + extra, vm + extra))
             try:
