@@ -339,3 +339,38 @@ def test_random_like_of_a_transposed_region_result_draws_as_eager():
     torch.manual_seed(0)
     got = compiled(x, w)
     torch.testing.assert_close(got.cpu(), ref.cpu(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["ge", "lt", "eq"])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool])
+def test_constant_integer_tensor_compared_with_a_float_lowers(op, dtype):
+    """TimesFM 2.5's running statistics: ``full_like(x, 0, dtype=torch.int64) >= 0.5`` crashed
+    torch-mlir (SIGSEGV in its folder) in the process that lowered the region. The comparison is
+    a float one in PyTorch (``torch.result_type``); the pass makes the conversion explicit."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torchneuron.compiler import lowering
+    from torchneuron.compiler.passes import compare_in_promoted_dtype
+
+    compare = getattr(_aten, op).Scalar
+
+    def f(x):
+        return (compare(_aten.full_like.default(x, 1, dtype=dtype), 0.5) & (x > 0),)
+
+    gm = make_fx(f, tracing_mode="fake")(torch.randn(2, 16))
+    assert compare_in_promoted_dtype(gm) == 1
+    assert "stablehlo.compare" in lowering.lower(gm, isolate=True).text
+
+
+def test_integer_tensor_compared_with_a_float_matches_cpu():
+    def f(x, n):
+        counts = torch.full_like(x, 0, dtype=torch.int64) + n
+        return (counts >= 2.5) & (x > 0), (n < 1.5).float() * x, torch.zeros_like(n, dtype=torch.bool) == 0.0
+
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(0))
+    n = torch.arange(32).reshape(4, 8) % 5
+    ref = f(x, n)
+    torch._dynamo.reset()
+    got = torch.compile(f, backend="neuron")(x.to(DEVICE), n.to(DEVICE))
+    for r, g in zip(ref, got, strict=True):
+        assert torch.equal(g.cpu(), r)

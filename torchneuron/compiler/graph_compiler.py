@@ -39,6 +39,7 @@ from .partition import REGION_PREFIX, partition, split_by_names
 from .passes import (
     bool_inputs_as_bytes,
     clamp_slice_ends,
+    compare_in_promoted_dtype,
     drop_unused_placeholders,
     fill_default_strides,
     output_vals,
@@ -308,6 +309,7 @@ def compile_graph(gm: fx.GraphModule, kind: str, options: CompileOptions):
         fill_default_strides(work)
         wrap_negative_indices(work)
         clamp_slice_ends(work)
+        compare_in_promoted_dtype(work)
         random_like_in_eager_layout(work)
         outer, placement = partition(work, enabled=options.partition, library=options.library_convolutions)
         record.pass_seconds += time.perf_counter() - t0

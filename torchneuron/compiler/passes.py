@@ -23,6 +23,9 @@
 * **Negative indices** — :func:`wrap_negative_indices` maps negative index tensors of
   advanced indexing (``x[:, [-1]]``, Falcon's fused QKV split) to ``i + size``, as PyTorch
   does; the lowering's gather would clamp them to 0.
+* **Comparisons with a float scalar** — :func:`compare_in_promoted_dtype` converts an integer
+  or boolean operand to the dtype PyTorch compares in (``int_tensor >= 0.5`` is a float
+  comparison): torch-mlir's folder crashes on the implicit form when the operand is a constant.
 * **Outputs** — :func:`split_outputs` removes outputs that are not computed by the graph
   (``None`` gradients of non-differentiable inputs, constants, inputs returned as they are,
   repeated outputs) before lowering and returns the recipe that restores them afterwards.
@@ -193,6 +196,38 @@ def clamp_slice_ends(gm: fx.GraphModule) -> int:
                 node.kwargs = {**node.kwargs, "end": size}
             changed += 1
     if changed:
+        gm.recompile()
+    return changed
+
+
+_SCALAR_COMPARISONS = (_aten.eq.Scalar, _aten.ne.Scalar, _aten.lt.Scalar, _aten.le.Scalar,
+                       _aten.gt.Scalar, _aten.ge.Scalar)
+
+
+def compare_in_promoted_dtype(gm: fx.GraphModule) -> int:
+    """Convert the integer or boolean tensor of a comparison with a float scalar
+    (``int_tensor >= 0.5``) to the dtype PyTorch computes the comparison in (the default float
+    dtype; ``torch.result_type``), explicitly: torch-mlir's folder crashes (SIGSEGV) on such a
+    comparison when the tensor is a constant (``full_like(x, 0, dtype=torch.int64) >= 0.5``,
+    TimesFM 2.5's running statistics). Returns the number of comparisons changed."""
+    graph = gm.graph
+    changed = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target not in _SCALAR_COMPARISONS or len(node.args) < 2:
+            continue
+        tensor, scalar = node.args[0], node.args[1]
+        val = tensor.meta.get("val") if isinstance(tensor, fx.Node) else None
+        if not isinstance(scalar, float) or not isinstance(val, torch.Tensor) or val.is_floating_point() \
+                or val.is_complex():
+            continue
+        dtype = torch.result_type(val, scalar)
+        with graph.inserting_before(node):
+            cast = graph.call_function(torch.ops.prims.convert_element_type.default, (tensor, dtype))
+        cast.meta["val"] = val.to(dtype)
+        node.args = (cast, scalar, *node.args[2:])
+        changed += 1
+    if changed:
+        graph.lint()
         gm.recompile()
     return changed
 
