@@ -22,6 +22,7 @@ import torch.fx as fx
 from ..runtime import activity, state
 from . import metrics, settings
 from .cache import CACHE, cache_key
+from .constant_folding import fold_uniform_constants
 from .dump import GraphDump
 from .errors import NeuronCompilationError
 from .executable import (
@@ -310,6 +311,7 @@ def compile_graph(gm: fx.GraphModule, kind: str, options: CompileOptions):
         wrap_negative_indices(work)
         clamp_slice_ends(work)
         compare_in_promoted_dtype(work)
+        fold_uniform_constants(work)
         random_like_in_eager_layout(work)
         outer, placement = partition(work, enabled=options.partition, library=options.library_convolutions)
         record.pass_seconds += time.perf_counter() - t0

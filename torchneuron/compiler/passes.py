@@ -26,6 +26,9 @@
 * **Comparisons with a float scalar** — :func:`compare_in_promoted_dtype` converts an integer
   or boolean operand to the dtype PyTorch compares in (``int_tensor >= 0.5`` is a float
   comparison): torch-mlir's folder crashes on the implicit form when the operand is a constant.
+* **Uniform constants** — ``constant_folding.py`` replaces a tensor computed from constants
+  alone whose elements are all equal by ``aten.full`` (IREE miscompiles reductions of unfolded
+  elementwise functions of splat constants).
 * **Outputs** — :func:`split_outputs` removes outputs that are not computed by the graph
   (``None`` gradients of non-differentiable inputs, constants, inputs returned as they are,
   repeated outputs) before lowering and returns the recipe that restores them afterwards.
