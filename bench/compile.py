@@ -8,9 +8,10 @@ Then the time to the first compiled training step of the LM (``torch.compile`` c
 backward), each in a new process: with empty caches (cold) and again with the caches the cold
 process filled (warm; goal ≤ 10% of cold), by default (torchneuron's executable cache) and with
 ``TORCHNEURON_PRECOMPILE=1`` (Dynamo's caching precompile stores the traced and compiled frames
-too). The step's window starts once ``torch`` and ``torch._dynamo`` are imported (PyTorch's own
-imports, the same for every backend; torchneuron does not import Dynamo); the whole process's
-wall time (interpreter start to exit) is printed beside it.
+too), and, as the peer, Inductor's on the CPU (its FX graph and AOTAutograd caches). The step's
+window starts once ``torch`` and ``torch._dynamo`` are imported (PyTorch's own imports, the same
+for every backend; torchneuron does not import Dynamo); the whole process's wall time
+(interpreter start to exit) is printed beside it.
 
     python bench/compile.py [--steps 10] [--warmup 10] [--only lm|resnet] [--no-first-step]
 """
@@ -98,26 +99,29 @@ def measure(model, x, y, loss_fn, dev: str, backend: str, train: bool, steps: in
     return time_steps(step, dev, steps, warmup)
 
 
-def first_step_child() -> None:
+def first_step_child(backend: str) -> None:
     """In a new process: the LM's first compiled training step, as JSON on stdout."""
     import torch._dynamo  # noqa: F401 - PyTorch's import, outside the step's window (see above)
 
-    from torchneuron.compiler import get_metrics
-
+    dev = "neuron" if backend == "neuron" else "cpu"
     _, model, x, y, loss_fn = lm_case()
-    m = model.to("neuron").train()
-    xd, yd = x.to("neuron"), y.to("neuron")
+    m = model.to(dev).train()
+    xd, yd = x.to(dev), y.to(dev)
     t0 = time.perf_counter()
-    compiled = torch.compile(m, backend="neuron")
+    compiled = torch.compile(m, backend=backend)
     loss_fn(compiled(xd), yd).backward()
-    torch.neuron.synchronize()
+    _sync(dev)
     seconds = time.perf_counter() - t0
-    met = get_metrics()
-    print(json.dumps({"seconds": seconds, "graphs_compiled": met["graphs_compiled"],
-                      "loaded": met["graphs_loaded"]}))
+    result = {"seconds": seconds}
+    if backend == "neuron":
+        from torchneuron.compiler import get_metrics
+
+        met = get_metrics()
+        result.update(graphs_compiled=met["graphs_compiled"], loaded=met["graphs_loaded"])
+    print(json.dumps(result))
 
 
-def first_steps(precompile: bool) -> tuple[dict, dict]:
+def first_steps(precompile: bool, backend: str = "neuron") -> tuple[dict, dict]:
     """(cold, warm) first training steps of the LM, each in a new process sharing cache dirs."""
     with tempfile.TemporaryDirectory() as d:
         env = dict(os.environ, TORCHNEURON_CACHE_DIR=os.path.join(d, "neuron"),
@@ -126,7 +130,7 @@ def first_steps(precompile: bool) -> tuple[dict, dict]:
         runs = []
         for _ in range(2):
             t0 = time.perf_counter()
-            out = subprocess.run([sys.executable, __file__, "--first-step-child"], capture_output=True,
+            out = subprocess.run([sys.executable, __file__, "--first-step-child", backend], capture_output=True,
                                  text=True, env=env, check=True)
             runs.append(dict(json.loads(out.stdout.strip().splitlines()[-1]), process=time.perf_counter() - t0))
     return runs[0], runs[1]
@@ -138,10 +142,10 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=10)  # covers the IREE driver choice (8 calls)
     ap.add_argument("--only", choices=["lm", "resnet"])
     ap.add_argument("--no-first-step", action="store_true", help="skip the cold/warm first-step runs")
-    ap.add_argument("--first-step-child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--first-step-child", choices=["neuron", "inductor"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.first_step_child:
-        first_step_child()
+        first_step_child(args.first_step_child)
         return
     import torchneuron.compiler  # noqa: F401 - registers the backend (the entry point does too)
 
@@ -166,6 +170,10 @@ def main() -> None:
                   f"({warm['graphs_compiled']} compiled, {warm['loaded']} loaded) = "
                   f"{100 * warm['seconds'] / cold['seconds']:.0f}% of cold; whole process: cold "
                   f"{cold['process']:.1f} s, warm {warm['process']:.1f} s", flush=True)
+        cold, warm = first_steps(False, "inductor")  # the peer: Inductor's caches on the CPU
+        print(f"first training step of the LM (Inductor on the CPU), new processes: cold {cold['seconds']:.1f} s, "
+              f"warm {warm['seconds']:.2f} s = {100 * warm['seconds'] / cold['seconds']:.0f}% of cold; whole process: "
+              f"cold {cold['process']:.1f} s, warm {warm['process']:.1f} s", flush=True)
 
 
 if __name__ == "__main__":
