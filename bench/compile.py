@@ -147,7 +147,7 @@ def main() -> None:
     if args.first_step_child:
         first_step_child(args.first_step_child)
         return
-    import torchneuron.compiler  # noqa: F401 - registers the backend (the entry point does too)
+    import torchneuron  # noqa: F401 - the device (autoloaded too); backend="neuron" comes from its entry point
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, "
           f"IREE driver {os.environ.get('TORCHNEURON_IREE_DRIVER', 'auto')}")
