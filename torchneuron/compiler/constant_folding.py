@@ -98,25 +98,40 @@ def fold_uniform_constants(gm: fx.GraphModule) -> int:
     used by a node that does depend on inputs, or is an output) by ``aten.full`` of that value.
     Returns the number of nodes replaced."""
     graph = gm.graph
-    known: dict[fx.Node, torch.Tensor] = {}
+    known: dict[fx.Node, torch.Tensor] = {}  # values whose users are still to be visited
+    constant: set[fx.Node] = set()
+    pending: dict[fx.Node, int] = {}
     fills: dict[fx.Node, object] = {}
+
+    def settle(node: fx.Node) -> None:
+        """Every user of ``node`` was visited: replace it if it is a frontier, drop its value."""
+        value, val = known.pop(node), node.meta["val"]
+        if node.target in _CONSTRUCTORS or all(u in constant for u in node.users):
+            return  # already a constructor, or only feeds other folded values
+        if val.dtype not in _UNSIGNED and val.is_contiguous() and _uniform(value):
+            fills[node] = value.reshape(-1)[0].item()
+
     # the values are real host tensors: computed outside the tracing modes AOTAutograd left on
     with torch.utils._python_dispatch._disable_current_modes(), torch.no_grad():
         for node in graph.nodes:
-            if not _foldable(node):
-                continue
-            try:
-                value = _evaluate(node, known)
-            except Exception:  # noqa: BLE001 - an op the host cannot evaluate stays in the program
-                value = None
-            if value is not None and tuple(value.shape) == tuple(node.meta["val"].shape):
-                known[node] = value
-        for node, value in known.items():
-            val = node.meta["val"]
-            if node.target in _CONSTRUCTORS or all(u in known for u in node.users):
-                continue  # already a constructor, or only feeds other folded values
-            if val.dtype not in _UNSIGNED and val.is_contiguous() and _uniform(value):
-                fills[node] = value.reshape(-1)[0].item()
+            if _foldable(node):
+                try:
+                    value = _evaluate(node, known)
+                except Exception:  # noqa: BLE001 - an op the host cannot evaluate stays in the program
+                    value = None
+                if value is not None and tuple(value.shape) == tuple(node.meta["val"].shape):
+                    known[node] = value
+                    constant.add(node)
+                    pending[node] = len(node.users)
+                    if not node.users:
+                        del pending[node]
+                        settle(node)
+            for arg in node.all_input_nodes:
+                if arg in pending:
+                    pending[arg] -= 1
+                    if not pending[arg]:
+                        del pending[arg]
+                        settle(arg)
     for node, fill in fills.items():
         val = node.meta["val"]
         with graph.inserting_before(node):
