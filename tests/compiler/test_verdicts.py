@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import pytest
 import torch
@@ -168,3 +170,49 @@ def test_batched_probes_give_the_verdicts_of_single_probes(monkeypatch):
     batched = {n.name: lowering.node_lowers(n) for n in nodes}  # answered from the cache
     assert batched == alone
     assert len(lowerings) == probes < len(nodes) // 2
+
+
+def _count_forks(monkeypatch) -> list:
+    forks, real = [], os.fork
+
+    def counted():
+        forks.append(1)
+        return real()
+
+    monkeypatch.setattr(os, "fork", counted)
+    return forks
+
+
+def test_a_failing_batch_is_probed_node_by_node_in_one_child(monkeypatch):
+    """Halving a failing batch cost up to 2n - 1 forked probes when most nodes fail; the nodes
+    of a failing batch are now judged one by one in a single child."""
+    gm = _mixed_graph()
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
+    _new_process(monkeypatch)
+    alone = {n.name: lowering.node_lowers(n) for n in nodes}
+
+    _new_process(monkeypatch)
+    forks = _count_forks(monkeypatch)
+    lowering.probe_nodes(nodes)
+    assert {n.name: lowering.node_lowers(n) for n in nodes} == alone
+    assert len(forks) == 2  # the batch, then its nodes one by one
+
+
+def test_a_crash_in_the_node_by_node_child_judges_only_that_node(monkeypatch):
+    gm = _mixed_graph()
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function"][:12]
+    victim = nodes[5]
+    real = lowering.lower
+
+    def crashing(g, *args, **kwargs):
+        if kwargs.get("isolate") is None and any(n.name == victim.name for n in g.graph.nodes):
+            os.kill(os.getpid(), signal.SIGSEGV)  # in the child only: the parent passes isolate
+        return real(g, *args, **kwargs)
+
+    _new_process(monkeypatch)
+    monkeypatch.setattr(lowering, "lower", crashing)
+    forks = _count_forks(monkeypatch)
+    got = lowering._lower_each_isolated(nodes)
+    assert got[5] is False
+    assert got[:5] + got[6:] == [True] * 11  # slices, multiplications, additions, exps: all lower
+    assert len(forks) == 3  # up to the crash, the crashing node alone, the rest

@@ -281,10 +281,12 @@ def node_lowers(node: fx.Node) -> bool:
 
 # Probing nodes together: one torch-mlir import of a graph of up to PROBE_BATCH independent nodes
 # costs far less than one import per node (DenseNet-121's inference graph, 2251 nodes, fresh
-# verdicts: ~10 ms per single-node probe). A batch that does not lower is halved until the
-# halves lower or single nodes are left. Probes run in a forked child with the lowering's memory
-# and time budget (``lower(isolate=True)``): a single node of Falcon's backward graph made
-# torch-mlir grow past 20 GB in-process; a fork per batch costs ~0.2 s.
+# verdicts: ~10 ms per single-node probe). A batch that does not lower is probed node by node in
+# one forked child that reports each verdict as it finds it (``_lower_each_in_child``); halving
+# the batch instead cost up to 127 forks for a batch of mostly failing nodes (one adaptive window
+# of bailing_hybrid: 131 s of partitioning). Probes run in forked children with the lowering's
+# memory and time budget: a single node of Falcon's backward graph made torch-mlir grow past
+# 20 GB in-process; a fork costs ~0.2 s.
 PROBE_BATCH = 64
 
 
@@ -309,12 +311,69 @@ def _probe_batch(batch: list[tuple[tuple, fx.Node]]) -> None:
         if len(batch) == 1:
             _remember(batch[0][0], False)
             return
-        half = len(batch) // 2
-        _probe_batch(batch[:half])
-        _probe_batch(batch[half:])
+        for (key, _), ok in zip(batch, _lower_each_isolated([node for _, node in batch]), strict=True):
+            _remember(key, ok)
         return
     for key, _ in batch:
         _remember(key, True)
+
+
+def _lower_each_isolated(nodes: list[fx.Node]) -> list[bool]:
+    """Whether each node lowers on its own (``probe_graph([node])`` in a child process, as
+    ``lower(isolate=True)`` judges it), in as few forked children as crashes allow: a child
+    lowers one node after the other and reports each verdict; after a crash, a hang or memory
+    exhaustion the rest go to a new child, and a node is judged to fail only when it was the
+    first one of its child (the failure is its own, not left behind by an earlier node)."""
+    verdicts: list[bool] = []
+    while len(verdicts) < len(nodes):
+        found = _lower_each_in_child(nodes[len(verdicts):])
+        verdicts.extend(found)
+        if not found:  # the child's first node crashed, hung or ran out of memory
+            verdicts.append(False)
+    return verdicts
+
+
+def _lower_each_in_child(nodes: list[fx.Node]) -> list[bool]:
+    """Verdicts for a prefix of ``nodes``, from one forked child (a byte per node); the prefix
+    ends early when the child crashed, exceeded the time per node or ran out of memory."""
+    seconds, extra = _budget()
+    with open("/proc/self/statm") as f:
+        vm = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: a verdict byte per node; stop at the first memory exhaustion
+        code = 0
+        try:
+            os.close(r)
+            torch.set_num_threads(1)  # GNU OpenMP is not fork-safe (see _lower_in_child)
+            faulthandler.disable()
+            resource.setrlimit(resource.RLIMIT_AS, (vm + extra, vm + extra))
+            for node in nodes:
+                try:
+                    lower(probe_graph([node]), name="probe")
+                    verdict = b"1"
+                except MemoryError:
+                    break  # maybe left by an earlier node: the parent asks a new child
+                except Exception:  # noqa: BLE001 - the node does not lower
+                    verdict = b"0"
+                os.write(w, verdict)
+        except BaseException:  # noqa: BLE001 - the parent sees the verdicts it got
+            code = 1
+        os._exit(code)
+    os.close(w)
+    got = bytearray()
+    with os.fdopen(r, "rb") as inp:
+        while len(got) < len(nodes):
+            # the time budget is per node: it restarts with each verdict
+            if not select.select([inp], [], [], seconds)[0]:
+                os.kill(pid, signal.SIGKILL)
+                break
+            chunk = os.read(inp.fileno(), 4096)
+            if not chunk:
+                break
+            got += chunk
+    os.waitpid(pid, 0)
+    return [b == ord("1") for b in got]
 
 
 def first_failing_node(gm: fx.GraphModule) -> fx.Node | None:
