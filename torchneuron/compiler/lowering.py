@@ -98,21 +98,30 @@ def _budget() -> tuple[float, int]:
     return seconds, int(gib * 2**30)
 
 
+def _address_space() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _enter_child(limit: int) -> None:
+    """The start of a forked lowering child whose address space may reach ``limit`` bytes."""
+    # GNU OpenMP is not fork-safe: a parallel region here would wait forever for the parent's
+    # worker threads (torch-mlir builds as_strided index tensors with ATen)
+    torch.set_num_threads(1)
+    faulthandler.disable()  # a crash here is reported by the parent, not dumped twice
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
 def _lower_in_child(gm: fx.GraphModule, name: str) -> Lowered:
     seconds, extra = _budget()
-    with open("/proc/self/statm") as f:  # the child may grow its address space by ``extra``
-        vm = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    limit = _address_space() + extra  # the child may grow its address space by ``extra``
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: lower, send the result, leave without running any cleanup
         code = 0
         try:
             os.close(r)
-            # GNU OpenMP is not fork-safe: a parallel region here would wait forever for the
-            # parent's worker threads (torch-mlir builds as_strided index tensors with ATen)
-            torch.set_num_threads(1)
-            faulthandler.disable()  # a crash here is reported by the parent, not dumped twice
-            resource.setrlimit(resource.RLIMIT_AS, (vm + extra, vm + extra))
+            _enter_child(limit)
             try:
                 payload = pickle.dumps(("ok", _lower_here(gm, name)))
             except LoweringError as err:
@@ -337,17 +346,14 @@ def _lower_each_in_child(nodes: list[fx.Node]) -> list[bool]:
     """Verdicts for a prefix of ``nodes``, from one forked child (a byte per node); the prefix
     ends early when the child crashed, exceeded the time per node or ran out of memory."""
     seconds, extra = _budget()
-    with open("/proc/self/statm") as f:
-        vm = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    limit = _address_space() + extra
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: a verdict byte per node; stop at the first memory exhaustion
         code = 0
         try:
             os.close(r)
-            torch.set_num_threads(1)  # GNU OpenMP is not fork-safe (see _lower_in_child)
-            faulthandler.disable()
-            resource.setrlimit(resource.RLIMIT_AS, (vm + extra, vm + extra))
+            _enter_child(limit)
             for node in nodes:
                 try:
                     lower(probe_graph([node]), name="probe")
