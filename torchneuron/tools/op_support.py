@@ -164,7 +164,7 @@ def _lowers_isolated(gm: fx.GraphModule) -> bool:
         ok = b"0"
         try:
             os.close(r)
-            torch.set_num_threads(1)  # GNU OpenMP is not fork-safe (see lowering._lower_in_child)
+            torch.set_num_threads(1)  # GNU OpenMP is not fork-safe (see lowering._enter_child)
             resource.setrlimit(resource.RLIMIT_AS, (vm + LOWERING_MEMORY_BYTES,) * 2)
             used = resource.getrusage(resource.RUSAGE_SELF)
             cpu = int(used.ru_utime + used.ru_stime) + LOWERING_CPU_SECONDS
