@@ -25,6 +25,7 @@ import torch
 from ..ops import dtype_policy
 from ..runtime import activity, devices
 from ..runtime.errors import NeuronRuntimeError
+from ..runtime.host_threads import release_openmp_workers
 from ..runtime.storage import host, wrap_host
 from . import settings
 
@@ -183,6 +184,7 @@ class _Runtime:
         self.instance = self.config.vm_instance
         self.device = self.config.device
         self.driver = driver
+        self.threaded = driver == "local-task"  # programs run on IREE's own worker threads
 
 
 @cache
@@ -308,6 +310,8 @@ class Executable:
             keep.append(h)
             args.push_ref(device.from_dlpack_capsule(to_dlpack(h)))
         results = ir.VmVariantList(len(self._out_dtypes))
+        if loaded.rt.threaded:
+            release_openmp_workers()  # IREE's workers get both cores (runtime/host_threads.py)
         t0 = time.perf_counter_ns()
         try:
             loaded.context.invoke(loaded.function, args, results)
