@@ -4,6 +4,8 @@ For a GPT-2-style language model (4 layers, d=256, 4 heads, seq 128) and ResNet-
 (torchvision, 64×64 images), prints the median step time of inference and of training
 (forward + backward + SGD step) compiled with ``backend="neuron"`` on the ``neuron`` device and
 with the default Inductor backend on the CPU, and their ratio (neuron / Inductor; goal ≤ 1.0).
+The two are timed in alternating blocks of steps in one process, so the host's drift (large on
+shared 2-core machines) falls on both.
 Then the time to the first compiled training step of the LM (``torch.compile`` call, forward,
 backward), each in a new process: with empty caches (cold) and again with the caches the cold
 process filled (warm; goal ≤ 10% of cold), by default (torchneuron's executable cache) and with
@@ -13,7 +15,7 @@ window starts once ``torch`` and ``torch._dynamo`` are imported (PyTorch's own i
 for every backend; torchneuron does not import Dynamo); the whole process's wall time
 (interpreter start to exit) is printed beside it.
 
-    python bench/compile.py [--steps 10] [--warmup 10] [--only lm|resnet] [--no-first-step]
+    python bench/compile.py [--steps 10] [--rounds 5] [--warmup 10] [--only lm|resnet] [--no-first-step]
 """
 
 from __future__ import annotations
@@ -63,21 +65,17 @@ def resnet_case(batch: int = 8):
     return "resnet-18 (64x64, batch 8)", model, x, y, F.cross_entropy
 
 
-def time_steps(step, dev: str, steps: int, warmup: int) -> float:
-    for _ in range(warmup):
-        step()
-    _sync(dev)
+def timed_block(step, dev: str, steps: int) -> list[float]:
     times = []
     for _ in range(steps):
         t0 = time.perf_counter()
         step()
         _sync(dev)
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return times
 
 
-def measure(model, x, y, loss_fn, dev: str, backend: str, train: bool, steps: int, warmup: int) -> float:
-    torch._dynamo.reset()
+def make_step(model, x, y, loss_fn, dev: str, backend: str, train: bool):
     m = copy.deepcopy(model).to(dev)
     xd, yd = x.to(dev), y.to(dev)
     compiled = torch.compile(m, backend=backend)
@@ -96,7 +94,27 @@ def measure(model, x, y, loss_fn, dev: str, backend: str, train: bool, steps: in
             with torch.no_grad():
                 compiled(xd)
 
-    return time_steps(step, dev, steps, warmup)
+    return step
+
+
+def measure(model, x, y, loss_fn, train: bool, steps: int, warmup: int, rounds: int) -> tuple[float, float]:
+    """Median step time (s) of ``backend="neuron"`` on the device and of Inductor on the CPU.
+
+    Both are compiled and warmed up first; then ``rounds`` blocks of ``steps`` timed steps
+    alternate between them (the first side alternates too), so a slow minute of the host falls on
+    both sides instead of on whichever was measured in it."""
+    torch._dynamo.reset()
+    sides = {"neuron": ("neuron", make_step(model, x, y, loss_fn, "neuron", "neuron", train)),
+             "inductor": ("cpu", make_step(model, x, y, loss_fn, "cpu", "inductor", train))}
+    for dev, step in sides.values():
+        for _ in range(warmup):
+            step()
+        _sync(dev)
+    times: dict[str, list[float]] = {k: [] for k in sides}
+    for r in range(rounds):
+        for k in (("neuron", "inductor") if r % 2 == 0 else ("inductor", "neuron")):
+            times[k] += timed_block(sides[k][1], sides[k][0], steps)
+    return statistics.median(times["neuron"]), statistics.median(times["inductor"])
 
 
 def first_step_child(backend: str) -> None:
@@ -138,7 +156,8 @@ def first_steps(precompile: bool, backend: str = "neuron") -> tuple[dict, dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=10, help="timed steps per block")
+    ap.add_argument("--rounds", type=int, default=5, help="blocks per side, alternating neuron and Inductor")
     ap.add_argument("--warmup", type=int, default=10)  # covers the IREE driver choice (8 calls)
     ap.add_argument("--only", choices=["lm", "resnet"])
     ap.add_argument("--no-first-step", action="store_true", help="skip the cold/warm first-step runs")
@@ -156,8 +175,7 @@ def main() -> None:
     for case in cases:
         name, model, x, y, loss_fn = case()
         for train in (False, True):
-            neuron = measure(model, x, y, loss_fn, "neuron", "neuron", train, args.steps, args.warmup)
-            inductor = measure(model, x, y, loss_fn, "cpu", "inductor", train, args.steps, args.warmup)
+            neuron, inductor = measure(model, x, y, loss_fn, train, args.steps, args.warmup, args.rounds)
             mode = "train" if train else "inference"
             print(f"{name:44} {mode:9} {neuron * 1e3:10.1f} {inductor * 1e3:12.1f} {neuron / inductor:7.2f}",
                   flush=True)
