@@ -40,7 +40,8 @@ _SCRIPT = textwrap.dedent(
         opt.step()
         losses.append(loss.item())
     m = tc.get_metrics()
-    print(json.dumps({"losses": losses, "compiled": m["graphs_compiled"], "loaded": m["graphs_loaded"],
+    from torchneuron.compiler.passes import decompositions
+    print(json.dumps({"decomposition_tables": decompositions.cache_info().currsize, "losses": losses, "compiled": m["graphs_compiled"], "loaded": m["graphs_loaded"],
                       "records": [(r["kind"], r["loaded"], r["compiled_nodes"]) for r in m["graphs"].values()],
                       "inductor_codegen": [k for k in ("torch._inductor.codegen.cpp", "torch._inductor.codegen.triton",
                                                        "torch._inductor.codegen.wrapper") if k in sys.modules]}))
@@ -69,6 +70,8 @@ def test_new_process_loads_the_compiled_graphs_and_trains_alike(tmp_path):
     # the key leaves out what only Inductor's code generators need (graph_cache_key.py): neither
     # process imports them (importing them all was ~1 s of a warm start)
     assert cold["inductor_codegen"] == warm["inductor_codegen"] == []
+    # nothing is traced, so the decomposition table is not built either (backend._DecompositionTable)
+    assert cold["decomposition_tables"] == 1 and warm["decomposition_tables"] == 0
     # a loaded graph keeps the record it was compiled with (its placement), marked loaded
     assert sorted(warm["records"]) == sorted([k, True, n] for k, _, n in cold["records"])
     off = _run(tmp_path, TORCHNEURON_GRAPH_CACHE="0")
