@@ -135,3 +135,61 @@ def test_library_convolutions_can_be_switched_off(tmp_path, monkeypatch):
     assert graph["library_nodes"] == 0 and graph["eager_nodes"] == 0
     assert graph["placement"]["convolution"].startswith("fused_")
     assert "library kernels on the device (0 nodes)" in text
+
+
+class _DenseBlock(torch.nn.Module):
+    """DenseNet's pattern: each layer reads the concatenation of all earlier feature maps."""
+
+    def __init__(self, layers: int = 4, growth: int = 4):
+        super().__init__()
+        self.norms = torch.nn.ModuleList(torch.nn.BatchNorm2d(growth * (i + 1)) for i in range(layers))
+        self.convs = torch.nn.ModuleList(torch.nn.Conv2d(growth * (i + 1), growth, 3, padding=1) for i in range(layers))
+
+    def forward(self, x):
+        feats = [x]
+        for norm, conv in zip(self.norms, self.convs, strict=True):
+            feats.append(conv(norm(torch.cat(feats, 1)).relu()))
+        # rotary-style two-input concatenation and one along the outermost dimension stay compiled
+        return torch.cat((feats[-1], -feats[-2]), -1).sum() + torch.cat(feats[:3], 0).square().mean()
+
+
+def _dense_block_run(tmp_path, monkeypatch, train: bool, **env):
+    from torchneuron.compiler import reset_metrics
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    reset_metrics()
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = _DenseBlock().train(train)
+    x = torch.randn(2, 4, 6, 6)
+    dev_model = __import__("copy").deepcopy(model).to(DEVICE)
+    compiled = torch.compile(dev_model, backend="neuron")
+    if train:
+        model(x).backward()
+        compiled(x.to(DEVICE)).backward()
+        for p, q in zip(model.parameters(), dev_model.parameters(), strict=True):
+            torch.testing.assert_close(q.grad.cpu(), p.grad, atol=1e-4, rtol=1e-4)
+    else:
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x.to(DEVICE)).cpu(), model(x), atol=1e-4, rtol=1e-4)
+    return get_metrics()["graphs"]
+
+
+def test_strided_concatenations_of_three_or_more_are_library_copies(tmp_path, monkeypatch):
+    (graph,) = _dense_block_run(tmp_path, monkeypatch, train=False).values()
+    cats = {name: where for name, where in graph["placement"].items() if name.startswith("cat")}
+    # the block's concatenations of 2, 3, 4 maps: the first and the outermost/two-input ones compiled
+    library = sorted(n for n, where in cats.items() if where == "library")
+    assert len(library) == 2, cats  # cat of 3 and of 4 maps along channels
+    assert sum(where.startswith("fused_") for where in cats.values()) == len(cats) - 2
+    assert graph["library_nodes"] == 4 + 2 and graph["eager_nodes"] == 0
+
+
+def test_library_concatenations_train_alike_and_can_be_switched_off(tmp_path, monkeypatch):
+    graphs = _dense_block_run(tmp_path, monkeypatch, train=True)
+    fwd = next(g for g in graphs.values() if g["kind"] == "forward")
+    assert sum(w == "library" for n, w in fwd["placement"].items() if n.startswith("cat")) == 2
+    graphs = _dense_block_run(tmp_path, monkeypatch, train=True, TORCHNEURON_LIBRARY_CONCATENATIONS="0")
+    fwd = next(g for g in graphs.values() if g["kind"] == "forward")
+    assert all(w.startswith("fused_") for n, w in fwd["placement"].items() if n.startswith("cat"))

@@ -313,7 +313,7 @@ def compile_graph(gm: fx.GraphModule, kind: str, options: CompileOptions):
         compare_in_promoted_dtype(work)
         fold_uniform_constants(work)
         random_like_in_eager_layout(work)
-        outer, placement = partition(work, enabled=options.partition, library=options.library_convolutions)
+        outer, placement = partition(work, enabled=options.partition, library=options.library_kernels)
         record.pass_seconds += time.perf_counter() - t0
         regions = [(name, sub) for name, sub in outer.named_children()
                    if name.startswith(REGION_PREFIX) and isinstance(sub, fx.GraphModule)]

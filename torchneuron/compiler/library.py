@@ -15,10 +15,25 @@ docs/performance.md has the quiet-machine figures).
 
 ``options={"library_convolutions": False}`` or ``TORCHNEURON_LIBRARY_CONVOLUTIONS=0`` compiles
 convolutions with IREE (their backward then lowers as forward convolutions, ``convolution.py``).
+
+Concatenations of three or more tensors along a dimension that has a non-unit dimension
+outside it (``torch.cat(features, 1)`` of NCHW maps with a batch of 2) run as the device's copy
+kernel (the host's ``torch.cat``, a strided memcpy; on the chip such copies are DMA work) too.
+IREE 3.13 turns each input of such a concatenation into a dispatch of its own, a "slow_memcpy"
+whose destination offset is a constant, so none is shared: DenseNet-121's training forward
+program had 594 of them among 964 dispatches and took 49 s to compile, 22 s with them left
+out (inference program 22 -> 6 s; 663 -> 70 dispatches). Two inputs (rotary embeddings'
+``cat((-x2, x1), -1)``) and concatenations along the outermost non-unit dimension (contiguous
+updates, no dispatch) stay compiled. ``options={"library_concatenations": False}`` or
+``TORCHNEURON_LIBRARY_CONCATENATIONS=0`` compiles them all.
+
 With ``options={"partition": False}`` the whole graph is one region and nothing is left out.
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Callable
 
 import torch
 import torch.fx as fx
@@ -26,8 +41,36 @@ import torch.fx as fx
 _aten = torch.ops.aten
 
 LIBRARY_OPS = frozenset({_aten.convolution.default, _aten.convolution_backward.default})
+# the fewest inputs of a concatenation left to the copy kernel (see above)
+MIN_LIBRARY_CAT_INPUTS = 3
 
 
 def is_library_node(node: fx.Node) -> bool:
-    """A ``call_function`` node of an operator the graph calls as a library kernel."""
+    """A ``call_function`` node of a convolution, which the graph calls as a library kernel."""
     return node.op == "call_function" and node.target in LIBRARY_OPS
+
+
+def is_strided_concatenation(node: fx.Node) -> bool:
+    """``aten.cat`` of at least ``MIN_LIBRARY_CAT_INPUTS`` tensors whose result has a non-unit
+    dimension outside the concatenated one: each input lands in a strided slice of the result."""
+    if node.op != "call_function" or node.target is not _aten.cat.default:
+        return False
+    tensors = node.args[0]
+    out = node.meta.get("val")
+    if not isinstance(out, torch.Tensor) or len(tensors) < MIN_LIBRARY_CAT_INPUTS or out.dim() == 0:
+        return False
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    dim = dim % out.dim()
+    return math.prod(out.shape[:dim]) > 1
+
+
+def library_kernels(convolutions: bool = True, concatenations: bool = True) -> Callable[[fx.Node], bool]:
+    """The predicate of the nodes a graph calls as library kernels, for the chosen kinds."""
+
+    def chosen(node: fx.Node) -> bool:
+        return (convolutions and is_library_node(node)) or (concatenations and is_strided_concatenation(node))
+
+    return chosen
+
+
+NO_LIBRARY_KERNELS = library_kernels(convolutions=False, concatenations=False)

@@ -8,8 +8,8 @@ code cannot reproduce; an MoE router whose scores tie, as with zero-initialised 
 other experts than eager mode and the CPU do) and it has no empty tensor among its inputs and results
 (``touches_empty_tensor``). Connected
 supported nodes are grouped by ``propose_regions`` into ``fused_<n>`` submodules;
-every other node stays in the outer graph and runs through the device's eager kernels: the
-operators of ``library.LIBRARY_OPS`` (convolutions) by choice, as library kernels, the rest
+every other node stays in the outer graph and runs through the device's eager kernels:
+convolutions and strided concatenations (``library.py``) by choice, as library kernels, the rest
 because they do not lower. ``Placement`` records where each node ran.
 """
 
@@ -26,7 +26,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
 from . import verdicts
-from .library import is_library_node
+from .library import library_kernels
 from .lowering import node_lowers, probe_nodes
 from .passes import is_random
 
@@ -59,17 +59,17 @@ def touches_empty_tensor(node: fx.Node) -> bool:
 
 class LoweringSupport(OperatorSupportBase):
     """Supported = lowers to StableHLO on its own, is not a random op, does not depend on the
-    order of ties, touches no empty tensor and, with ``library=True``, is not one of the library
-    kernels' operators."""
+    order of ties, touches no empty tensor and is not left to a library kernel (``library``, a
+    predicate of ``library.library_kernels``)."""
 
-    def __init__(self, library: bool = True):
-        self.library = library
+    def __init__(self, library: Callable[[fx.Node], bool] | None = None):
+        self.library = library or library_kernels()
 
     def candidate(self, node: fx.Node) -> bool:
         """A node whose support is decided by whether it lowers."""
         return node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
             and not is_random(node) and not depends_on_tie_order(node) and not touches_empty_tensor(node) \
-            and not (self.library and is_library_node(node))
+            and not self.library(node)
 
     def is_node_supported(self, submodules, node: fx.Node) -> bool:
         if node.op == "call_function" and node.target is operator.getitem:
@@ -111,16 +111,17 @@ def _compute_nodes(gm: fx.GraphModule) -> list[fx.Node]:
 
 
 def partition(gm: fx.GraphModule, *, enabled: bool = True,
-              library: bool = True) -> tuple[fx.GraphModule, Placement]:
+              library: Callable[[fx.Node], bool] | None = None) -> tuple[fx.GraphModule, Placement]:
     """``gm`` with its lowerable parts fused into ``fused_<n>`` submodules, and the placement.
 
     With ``enabled=False`` the whole graph becomes one region (lowering failures then surface
-    as compilation errors instead of eager nodes); ``library=False`` compiles the library
-    kernels' operators too.
+    as compilation errors instead of eager nodes); ``library`` picks the nodes left to library
+    kernels (default: ``library.library_kernels()``, convolutions and strided concatenations).
     """
     if not enabled:
         outer = _whole_graph_region(gm)
     else:
+        library = library or library_kernels()
         support = LoweringSupport(library)
         probe_nodes([n for n in gm.graph.nodes if support.candidate(n)])  # in batches, before the partitioner asks
         groups = propose_regions(gm, lambda n: support.is_node_supported({}, n))
@@ -131,7 +132,7 @@ def partition(gm: fx.GraphModule, *, enabled: bool = True,
         if name.startswith(REGION_PREFIX) and isinstance(sub, fx.GraphModule):
             placement.regions[name] = [_describe(n) for n in _compute_nodes(sub)]
     for n in _compute_nodes(outer):  # (a whole-graph region leaves none outside)
-        (placement.library if library and is_library_node(n) else placement.eager).append(_describe(n))
+        (placement.library if library is not None and library(n) else placement.eager).append(_describe(n))
     return outer, placement
 
 

@@ -91,6 +91,8 @@ class CompileOptions:
     partition: bool = True  # keep nodes that cannot be lowered outside compiled regions
     # convolutions run as the device's library kernels between compiled regions (library.py)
     library_convolutions: bool = True
+    # concatenations of 3+ tensors into strided slices run as the device's copy kernel (library.py)
+    library_concatenations: bool = True
 
     @classmethod
     def from_user(cls, options: dict | None) -> CompileOptions:
@@ -103,12 +105,19 @@ class CompileOptions:
             )
         if "fallback" not in options:
             options["fallback"] = _env_flag("TORCHNEURON_COMPILE_FALLBACK")
-        if "library_convolutions" not in options:
-            options["library_convolutions"] = os.environ.get(
-                "TORCHNEURON_LIBRARY_CONVOLUTIONS", "1") not in ("0", "false", "False", "off")
+        for name in ("library_convolutions", "library_concatenations"):
+            if name not in options:
+                options[name] = os.environ.get(f"TORCHNEURON_{name.upper()}", "1") not in ("0", "false", "False", "off")
         return cls(**{k: bool(v) for k, v in options.items()})
 
     @property
     def uses_library_convolutions(self) -> bool:
         """Convolutions are left to library kernels (only a partitioned graph has outside nodes)."""
         return self.partition and self.library_convolutions
+
+    @property
+    def library_kernels(self):
+        """The predicate of the nodes left to library kernels (``library.library_kernels``)."""
+        from .library import library_kernels
+
+        return library_kernels(self.library_convolutions, self.library_concatenations)
