@@ -22,7 +22,7 @@ kernel (the host's ``torch.cat``, a strided memcpy; on the chip such copies are 
 IREE 3.13 turns each input of such a concatenation into a dispatch of its own, a "slow_memcpy"
 whose destination offset is a constant, so none is shared: DenseNet-121's training forward
 program had 594 of them among 964 dispatches and took 49 s to compile, 22 s with them left
-out (inference program 22 -> 6 s; 663 -> 70 dispatches). Two inputs (rotary embeddings'
+out (368 dispatches; inference program 22 -> 6 s). Two inputs (rotary embeddings'
 ``cat((-x2, x1), -1)``) and concatenations along the outermost non-unit dimension (contiguous
 updates, no dispatch) stay compiled. ``options={"library_concatenations": False}`` or
 ``TORCHNEURON_LIBRARY_CONCATENATIONS=0`` compiles them all.
@@ -72,5 +72,3 @@ def library_kernels(convolutions: bool = True, concatenations: bool = True) -> C
 
     return chosen
 
-
-NO_LIBRARY_KERNELS = library_kernels(convolutions=False, concatenations=False)
