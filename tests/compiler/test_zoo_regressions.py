@@ -374,3 +374,57 @@ def test_integer_tensor_compared_with_a_float_matches_cpu():
     got = torch.compile(f, backend="neuron")(x.to(DEVICE), n.to(DEVICE))
     for r, g in zip(ref, got, strict=True):
         assert torch.equal(g.cpu(), r)
+
+
+def test_fold_then_crop_compiles_in_one_piece():
+    """VOLO's outlook attention: ``F.fold`` is an accumulating ``index_put`` (a StableHLO scatter)
+    followed by a crop of the padding; IREE fused the two and kept the scatter's result on the
+    stack, over its limit (150 KB for VOLO-D1), so the region was halved dozens of times. The
+    lowering fences every scatter result (``lowering.fence_scatters``)."""
+    torch.manual_seed(0)
+
+    def f(x):
+        return F.fold(x, output_size=(8, 8), kernel_size=3, padding=1, stride=1) * 2
+
+    x = torch.randn(2, 192 * 9, 64)
+    got = torch.compile(f, backend="neuron")(x.to(DEVICE)).cpu()
+    (graph,) = get_metrics()["graphs"].values()
+    assert graph["split_regions"] == 0 and graph["eager_nodes"] == 0 and graph["programs"] == 1, graph
+    torch.testing.assert_close(got, f(x), rtol=1e-5, atol=1e-5)
+
+
+def test_every_used_scatter_result_is_fenced():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torchneuron.compiler import lowering
+
+    def f(acc, idx, v):
+        summed = _aten.index_put.default(acc, [idx], v, True)
+        _aten.index_put.default(acc, [idx], v, False)  # unused: nothing to fence
+        return (summed * 2,)
+
+    gm = make_fx(f, tracing_mode="fake")(torch.zeros(8, 4), torch.tensor([1, 3, 1]), torch.ones(3, 4))
+    text = lowering.lower(gm).text
+    assert text.count("stablehlo.optimization_barrier") == 1, text
+
+
+@pytest.mark.parametrize("dim,size,step", [(2, 14, 8), (-1, 3, 1), (1, 2, 3)])
+def test_unfold_is_compiled_and_its_gradient_matches_cpu(dim, size, step):
+    """HaloNet's attention windows: ``aten.unfold`` did not lower, so it and the padding before it
+    ran eagerly between regions; it is decomposed into a gather (``views.unfold_as_gather``)."""
+    torch.manual_seed(0)
+
+    def f(x):
+        kv = F.pad(x, [3, 3, 3, 3]).unfold(dim, size, step)
+        return (kv * kv.flip(-1)).sum(-1)
+
+    x = torch.randn(2, 5, 16, 16, requires_grad=True)
+    xd = x.detach().to(DEVICE).requires_grad_()
+    got = torch.compile(f, backend="neuron")(xd)
+    got.sum().backward()
+    ref = f(x)
+    ref.sum().backward()
+    for graph in get_metrics()["graphs"].values():
+        assert graph["eager_nodes"] == 0 and graph["split_regions"] == 0, graph
+    torch.testing.assert_close(got.detach().cpu(), ref.detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(xd.grad.cpu(), x.grad, rtol=1e-5, atol=1e-5)

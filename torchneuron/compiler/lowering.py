@@ -79,12 +79,44 @@ def _lower_here(gm: fx.GraphModule, name: str) -> Lowered:
     except Exception as err:  # noqa: BLE001 - torch-mlir raises several error types
         detail = diagnostics[0] if diagnostics else _summarise(str(err))
         raise LoweringError(detail) from err
+    fence_scatters(module)
     op = module.operation
     text = op.get_asm(enable_debug_info=False)
     if _RESIDUAL_TORCH.search(text):
         left = sorted(set(re.findall(r"torch\.[a-z_]+\.[A-Za-z0-9_.]+", text)))
         raise LoweringError(f"torch ops left after lowering to StableHLO: {', '.join(left[:5])}")
     return Lowered(text, op.get_asm(enable_debug_info=True))
+
+
+def fence_scatters(module) -> int:
+    """An optimization barrier on every used ``stablehlo.scatter`` result; returns how many.
+
+    IREE 3.13 fuses a scatter into the dispatch of its consumer and keeps the scatter's whole
+    result there as a stack temporary: above the stack limit the program fails to compile
+    (VOLO's ``F.fold``, an ``index_put`` with accumulation followed by a crop: 150 KB). The
+    barrier keeps each scatter in a dispatch of its own, whose result goes to memory as it
+    would when the consumer is not fused; values are unchanged."""
+    from torch_mlir import ir
+
+    scatters: list = []
+
+    def visit(op):
+        if op.name == "stablehlo.scatter":
+            scatters.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    fenced = 0
+    for op in scatters:
+        for result in op.results:
+            if not any(True for _ in result.uses):
+                continue
+            with ir.InsertionPoint.after(op), op.location:
+                barrier = ir.Operation.create("stablehlo.optimization_barrier", results=[result.type],
+                                              operands=[result])
+            result.replace_all_uses_except(barrier.result, barrier)
+            fenced += 1
+    return fenced
 
 
 def _isolation_enabled() -> bool:

@@ -1,4 +1,5 @@
-"""``as_strided`` calls that only reshape, as reshapes.
+"""View ops torch-mlir does not lower, as ops it does: ``as_strided`` calls that only reshape,
+as reshapes; ``unfold`` as a gather.
 
 PyTorch's ``_adaptive_avg_pool2d`` decomposition ends in an ``as_strided`` that gives the
 ``mean`` the strides eager would have (torchvision's Swin: ``[2, 768, 1, 1]`` with strides
@@ -40,8 +41,29 @@ def as_strided_as_view(x: torch.Tensor, size, stride, storage_offset=None):
     return _aten.view.default(x, list(size))
 
 
+def unfold_as_gather(x: torch.Tensor, dimension: int, size: int, step: int):
+    """``x.unfold(dimension, size, step)`` as an ``index_select`` of the windows' positions.
+
+    torch-mlir 20261001 does not lower ``aten.unfold`` (its ``step`` stays a ``torch.constant.int``),
+    so the op and the padding before it ran eagerly between compiled regions: HaloNet's
+    attention unfolds its keys and values twice per block (114 eager nodes in HaloNet-H1's forward
+    graph). The gather reads the same elements; the result is a new tensor rather than a view,
+    which the graph cannot tell apart: AOTAutograd has already made every mutation functional."""
+    if x.dim() == 0:
+        return NotImplemented
+    dim = dimension % x.dim()
+    count = (x.shape[dim] - size) // step + 1
+    starts = _aten.arange.start_step(0, count * step, step, dtype=torch.int64, device=x.device)
+    offsets = _aten.arange.default(size, dtype=torch.int64, device=x.device)
+    positions = (starts.unsqueeze(1) + offsets.unsqueeze(0)).reshape(-1)
+    windows = _aten.index_select.default(x, dim, positions)
+    shape = list(x.shape)
+    windows = windows.reshape(shape[:dim] + [count, size] + shape[dim + 1:])
+    return windows.movedim(dim + 1, -1)
+
+
 def view_decompositions() -> dict:
-    return {_aten.as_strided.default: as_strided_as_view}
+    return {_aten.as_strided.default: as_strided_as_view, _aten.unfold.default: unfold_as_gather}
 
 
-__all__ = ["as_strided_as_view", "view_decompositions"]
+__all__ = ["as_strided_as_view", "unfold_as_gather", "view_decompositions"]
