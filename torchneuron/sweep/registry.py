@@ -353,8 +353,9 @@ _REDUCE = {
     "num_queries": 16, "num_frames": 4,
     # moe
     "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
-    # vocab / positions / images
-    "vocab_size": 512, "max_position_embeddings": 128, "n_positions": 128,
+    # vocab / positions / images; time series context (TimesFM 2.5: 16384 steps, 512 patches, whose
+    # running statistics Python-loop into a 30,000-node graph)
+    "vocab_size": 512, "max_position_embeddings": 128, "n_positions": 128, "context_length": 512,
     "image_size": 32, "patch_size": 8, "num_channels": 3,
 }
 _TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
