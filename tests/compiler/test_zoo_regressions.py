@@ -428,3 +428,52 @@ def test_unfold_is_compiled_and_its_gradient_matches_cpu(dim, size, step):
         assert graph["eager_nodes"] == 0 and graph["split_regions"] == 0, graph
     torch.testing.assert_close(got.detach().cpu(), ref.detach(), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(xd.grad.cpu(), x.grad, rtol=1e-5, atol=1e-5)
+
+
+# (input size, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)
+AVG_POOL_GEOMETRIES = [
+    ((8, 8), 2, 2, 0, False, True, None),  # DenseNet's transitions
+    ((7, 9), 3, 1, 1, False, False, None),  # Inception's branch pools
+    ((7, 7), 3, 2, 1, True, True, None),  # a partial last window
+    ((5, 12), (2, 3), 3, 1, True, False, 3),
+]
+
+
+def test_avg_pool_backward_decomposition_matches_aten_exhaustively():
+    from torchneuron.compiler.pooling import avg_pool2d_backward_as_taps
+
+    torch.manual_seed(0)
+    cases = 0
+    for (h, w), k, s, p, ceil, include_pad, divisor in itertools.product(
+            [(7, 7), (8, 9), (5, 12)], [1, 2, 3, (2, 3)], [1, 2, 3, None], [0, 1], [False, True], [False, True],
+            [None, 3]):
+        kernel = list(k) if isinstance(k, tuple) else [k, k]
+        if p and min(kernel) < 2 * p:
+            continue
+        stride = [] if s is None else [s, s]
+        x = torch.randn(2, 3, h, w)
+        g = torch.randn_like(F.avg_pool2d(x, kernel, s, p, ceil, include_pad, divisor))
+        args = (g, x, kernel, stride, [p, p], ceil, include_pad, divisor)
+        torch.testing.assert_close(avg_pool2d_backward_as_taps(*args), _aten.avg_pool2d_backward(*args),
+                                   rtol=1e-5, atol=1e-6, msg=lambda m, a=args[2:]: f"{a}: {m}")
+        cases += 1
+    assert cases > 600
+
+
+@pytest.mark.parametrize("size,kernel,stride,padding,ceil_mode,include_pad,divisor", AVG_POOL_GEOMETRIES)
+def test_avg_pool_backward_is_compiled_and_matches_cpu(size, kernel, stride, padding, ceil_mode, include_pad, divisor):
+    torch.manual_seed(0)
+
+    def f(x):
+        return F.avg_pool2d(torch.relu(x) * 2, kernel, stride, padding, ceil_mode, include_pad, divisor)
+
+    x = torch.randn(2, 4, *size, requires_grad=True)
+    xd = x.detach().to(DEVICE).requires_grad_()
+    got = torch.compile(f, backend="neuron")(xd)
+    (got * got).sum().backward()
+    ref = f(x)
+    (ref * ref).sum().backward()
+    (backward,) = [g for g in get_metrics()["graphs"].values() if g["kind"] == "backward"]
+    assert backward["eager_nodes"] == 0, backward  # (some of these forward pools do not lower)
+    torch.testing.assert_close(got.detach().cpu(), ref.detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(xd.grad.cpu(), x.grad, rtol=1e-5, atol=1e-6)

@@ -35,7 +35,10 @@
 * **backward** — torch-mlir does not lower ``aten.max_pool2d_with_indices_backward``, so each
   one ran eagerly and split a CNN's backward graph in two regions. PyTorch's decomposition
   (a ``scatter_add`` of the output gradient into the forward's indices) lowers to
-  ``stablehlo.scatter``.
+  ``stablehlo.scatter``. Nor does it lower ``aten.avg_pool2d_backward`` (34 models of the
+  compile-mode sweep ran it on the CPU, DenseNet's transitions among them):
+  :func:`avg_pool2d_backward_as_taps` adds the output gradient, divided by each window's
+  divisor, once per window tap, each a zero pad of the gradient spread to the stride.
 """
 
 from __future__ import annotations
@@ -162,14 +165,72 @@ def avg_pool_unit_window(x: torch.Tensor, kernel_size, stride=(), padding=(0,), 
     return _aten.clone.default(out)  # a pool's result is a new tensor, not a view of its input
 
 
+MAX_AVG_POOL_BACKWARD_TAPS = 64
+
+
+def _window_counts(out: int, size: int, kernel: int, stride: int, pad: int, include_pad: bool, like: torch.Tensor):
+    """Per output position along one dimension: how many input (``include_pad``: input or
+    padding) positions its window covers -- ATen's ``avg_pool2d`` divisor factor, as a tensor."""
+    start = _aten.sub.Tensor(_aten.mul.Tensor(_aten.arange.default(out, dtype=torch.int64, device=like.device),
+                                              stride), pad)
+    end = _aten.clamp_max.default(_aten.add.Tensor(start, kernel), size + pad)
+    if not include_pad:
+        start = _aten.clamp_min.default(start, 0)
+        end = _aten.clamp_max.default(end, size)
+    return _aten.sub.Tensor(end, start)
+
+
+def avg_pool2d_backward_as_taps(grad: torch.Tensor, x: torch.Tensor, kernel_size, stride, padding, ceil_mode: bool,
+                                count_include_pad: bool, divisor_override=None):
+    """``avg_pool2d_backward`` as a sum over the window's taps (see the module docstring).
+
+    The output gradient is divided by each window's divisor (ATen's rule: the window clipped
+    to the padded input, or to the input without ``count_include_pad``), spread to every
+    ``stride``-th position by zero padding, and added once per tap at the tap's offset; pads
+    with negative amounts crop what falls outside the input. Windows of more than
+    ``MAX_AVG_POOL_BACKWARD_TAPS`` elements are left to the op."""
+    if grad.dim() not in (3, 4):
+        return NotImplemented
+    kh, kw = _spatial(kernel_size, 2)
+    sh, sw = _spatial(stride, 2, [kh, kw])
+    ph, pw = _spatial(padding, 2)
+    if kh * kw > MAX_AVG_POOL_BACKWARD_TAPS:
+        return NotImplemented
+    height, width = x.shape[-2], x.shape[-1]
+    out_h, out_w = grad.shape[-2], grad.shape[-1]
+    work = grad.dtype if grad.dtype in (torch.float32, torch.float64) else torch.float32
+    g = _aten._to_copy.default(grad, dtype=work)
+    if divisor_override:
+        g = _aten.div.Tensor(g, divisor_override)
+    else:
+        rows = _window_counts(out_h, height, kh, sh, ph, count_include_pad, grad)
+        cols = _window_counts(out_w, width, kw, sw, pw, count_include_pad, grad)
+        divisor = _aten.mul.Tensor(_aten.unsqueeze.default(rows, 1), _aten.unsqueeze.default(cols, 0))
+        g = _aten.div.Tensor(g, _aten._to_copy.default(divisor, dtype=work))
+    lead = list(g.shape[:-2])
+    if sh > 1 or sw > 1:  # g[i, j] at (i * sh, j * sw) of an (out_h * sh, out_w * sw) grid of zeros
+        g = _aten.view.default(g, lead + [out_h, 1, out_w, 1])
+        g = _aten.constant_pad_nd.default(g, [0, sw - 1, 0, 0, 0, sh - 1])
+        g = _aten.view.default(g, lead + [out_h * sh, out_w * sw])
+    total = None
+    for a in range(kh):
+        for b in range(kw):
+            top, left = a - ph, b - pw  # where the tap's first window sits in the input
+            tap = _aten.constant_pad_nd.default(
+                g, [left, width - left - out_w * sw, top, height - top - out_h * sh])
+            total = tap if total is None else _aten.add.Tensor(total, tap)
+    return _aten._to_copy.default(total, dtype=grad.dtype)
+
+
 def pooling_decompositions() -> dict:
     from torch._decomp import get_decompositions
 
     table = {_aten.max_pool2d_with_indices.default: max_pool2d_as_taps,
              _aten.avg_pool2d.default: avg_pool_unit_window,
-             _aten.avg_pool3d.default: functools.partial(avg_pool_unit_window, dims=3)}
+             _aten.avg_pool3d.default: functools.partial(avg_pool_unit_window, dims=3),
+             _aten.avg_pool2d_backward.default: avg_pool2d_backward_as_taps}
     table.update(get_decompositions([_aten.max_pool2d_with_indices_backward]))
     return table
 
 
-__all__ = ["avg_pool_unit_window", "max_pool2d_as_taps", "max_pool2d_ceil_mode", "pooled_size", "pooling_decompositions"]
+__all__ = ["avg_pool2d_backward_as_taps", "avg_pool_unit_window", "max_pool2d_as_taps", "max_pool2d_ceil_mode", "pooled_size", "pooling_decompositions"]
