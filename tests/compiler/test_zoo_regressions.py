@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 
 import pytest
@@ -477,3 +478,37 @@ def test_avg_pool_backward_is_compiled_and_matches_cpu(size, kernel, stride, pad
     assert backward["eager_nodes"] == 0, backward  # (some of these forward pools do not lower)
     torch.testing.assert_close(got.detach().cpu(), ref.detach(), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(xd.grad.cpu(), x.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_adaptive_avg_pool_backward_decomposition_matches_aten():
+    from torchneuron.compiler.pooling import adaptive_avg_pool2d_backward_as_matmuls
+
+    torch.manual_seed(0)
+    for (h, w), (oh, ow), lead in itertools.product([(2, 2), (7, 7), (5, 9), (1, 3), (16, 16)],
+                                                    [(7, 7), (1, 1), (3, 4), (2, 5), (16, 16)], [(2, 3), (3,)]):
+        x, g = torch.randn(*lead, h, w), torch.randn(*lead, oh, ow)
+        torch.testing.assert_close(adaptive_avg_pool2d_backward_as_matmuls(g, x),
+                                   _aten._adaptive_avg_pool2d_backward(g, x), rtol=1e-5, atol=1e-6)
+
+
+def test_vgg_head_adaptive_pool_backward_is_compiled_and_matches_cpu():
+    """VGG and AlexNet at the sweep's 64x64 images pool a 2x2 feature map to 7x7; the pool's
+    backward did not lower and ran on the CPU between the backward graph's regions."""
+    torch.manual_seed(0)
+    head = torch.nn.Linear(4 * 7 * 7, 3)
+    x = torch.randn(2, 4, 2, 2, requires_grad=True)
+    xd = x.detach().to(DEVICE).requires_grad_()
+    dev_head = copy.deepcopy(head).to(DEVICE)
+
+    def f(m, x):
+        return m(torch.flatten(F.adaptive_avg_pool2d(torch.relu(x), (7, 7)), 1))
+
+    got = torch.compile(f, backend="neuron")(dev_head, xd)
+    got.square().sum().backward()
+    ref = f(head, x)
+    ref.square().sum().backward()
+    (backward,) = [g for g in get_metrics()["graphs"].values() if g["kind"] == "backward"]
+    assert backward["eager_nodes"] == 0, backward
+    torch.testing.assert_close(got.detach().cpu(), ref.detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(xd.grad.cpu(), x.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(dev_head.weight.grad.cpu(), head.weight.grad, rtol=1e-5, atol=1e-5)

@@ -38,7 +38,9 @@
   ``stablehlo.scatter``. Nor does it lower ``aten.avg_pool2d_backward`` (34 models of the
   compile-mode sweep ran it on the CPU, DenseNet's transitions among them):
   :func:`avg_pool2d_backward_as_taps` adds the output gradient, divided by each window's
-  divisor, once per window tap, each a zero pad of the gradient spread to the stride.
+  divisor, once per window tap, each a zero pad of the gradient spread to the stride;
+  ``aten._adaptive_avg_pool2d_backward`` (VGG, AlexNet) is two matmuls with the windows'
+  membership matrices (:func:`adaptive_avg_pool2d_backward_as_matmuls`).
 """
 
 from __future__ import annotations
@@ -222,15 +224,46 @@ def avg_pool2d_backward_as_taps(grad: torch.Tensor, x: torch.Tensor, kernel_size
     return _aten._to_copy.default(total, dtype=grad.dtype)
 
 
+def _adaptive_windows(out: int, size: int, like: torch.Tensor) -> torch.Tensor:
+    """``[out, size]``: 1 where input position ``h`` lies in adaptive window ``i`` (ATen's
+    windows: ``floor(i * size / out)`` to ``ceil((i + 1) * size / out)``), else 0."""
+    i = _aten.arange.default(out, dtype=torch.int64, device=like.device)
+    start = _aten.div.Tensor_mode(_aten.mul.Tensor(i, size), out, rounding_mode="floor")
+    end = _aten.div.Tensor_mode(_aten.add.Tensor(_aten.mul.Tensor(i, size), size + out - 1), out,
+                                rounding_mode="floor")
+    h = _aten.unsqueeze.default(_aten.arange.default(size, dtype=torch.int64, device=like.device), 0)
+    inside = _aten.logical_and.default(_aten.ge.Tensor(h, _aten.unsqueeze.default(start, 1)),
+                                       _aten.lt.Tensor(h, _aten.unsqueeze.default(end, 1)))
+    return _aten._to_copy.default(inside, dtype=torch.float32)
+
+
+def adaptive_avg_pool2d_backward_as_matmuls(grad: torch.Tensor, x: torch.Tensor):
+    """``_adaptive_avg_pool2d_backward``, which torch-mlir does not lower (VGG and AlexNet pool
+    a 2x2 feature map to 7x7 at the sweep's image size), as ``rows.T @ (grad / sizes) @ cols``
+    with ``rows``/``cols`` the 0/1 window-membership matrices of the two dimensions."""
+    if grad.dim() not in (3, 4):
+        return NotImplemented
+    height, width = x.shape[-2], x.shape[-1]
+    out_h, out_w = grad.shape[-2], grad.shape[-1]
+    rows = _adaptive_windows(out_h, height, grad)
+    cols = _adaptive_windows(out_w, width, grad)
+    sizes = _aten.mul.Tensor(_aten.unsqueeze.default(_aten.sum.dim_IntList(rows, [1]), 1),
+                             _aten.unsqueeze.default(_aten.sum.dim_IntList(cols, [1]), 0))
+    g = _aten.div.Tensor(_aten._to_copy.default(grad, dtype=torch.float32), sizes)
+    spread = _aten.matmul.default(_aten.matmul.default(_aten.t.default(rows), g), cols)
+    return _aten._to_copy.default(spread, dtype=grad.dtype)
+
+
 def pooling_decompositions() -> dict:
     from torch._decomp import get_decompositions
 
     table = {_aten.max_pool2d_with_indices.default: max_pool2d_as_taps,
              _aten.avg_pool2d.default: avg_pool_unit_window,
              _aten.avg_pool3d.default: functools.partial(avg_pool_unit_window, dims=3),
-             _aten.avg_pool2d_backward.default: avg_pool2d_backward_as_taps}
+             _aten.avg_pool2d_backward.default: avg_pool2d_backward_as_taps,
+             _aten._adaptive_avg_pool2d_backward.default: adaptive_avg_pool2d_backward_as_matmuls}
     table.update(get_decompositions([_aten.max_pool2d_with_indices_backward]))
     return table
 
 
-__all__ = ["avg_pool2d_backward_as_taps", "avg_pool_unit_window", "max_pool2d_as_taps", "max_pool2d_ceil_mode", "pooled_size", "pooling_decompositions"]
+__all__ = ["adaptive_avg_pool2d_backward_as_matmuls", "avg_pool2d_backward_as_taps", "avg_pool_unit_window", "max_pool2d_as_taps", "max_pool2d_ceil_mode", "pooled_size", "pooling_decompositions"]
