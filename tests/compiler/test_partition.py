@@ -193,3 +193,29 @@ def test_library_concatenations_train_alike_and_can_be_switched_off(tmp_path, mo
     graphs = _dense_block_run(tmp_path, monkeypatch, train=True, TORCHNEURON_LIBRARY_CONCATENATIONS="0")
     fwd = next(g for g in graphs.values() if g["kind"] == "forward")
     assert all(w.startswith("fused_") for n, w in fwd["placement"].items() if n.startswith("cat"))
+
+
+def test_concatenation_of_values_its_region_computes_stays_compiled(tmp_path, monkeypatch):
+    """A transformer's fused q/k/v projection: its backward concatenates the three gradients
+    computed in the same region; taking that copy out cut the GPT-2-style LM's backward graph
+    into five regions. Only concatenations at a region's entry are library copies."""
+    from torchneuron.compiler import reset_metrics
+
+    reset_metrics()
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    qkv = torch.nn.Linear(16, 48)
+
+    def f(m, x):
+        q, k, v = m(x).split(16, -1)
+        return torch.softmax(q @ k.transpose(-1, -2), -1) @ v
+
+    x = torch.randn(2, 8, 16)
+    dev = __import__("copy").deepcopy(qkv).to(DEVICE)
+    torch.compile(f, backend="neuron")(dev, x.to(DEVICE)).sum().backward()
+    f(qkv, x).sum().backward()
+    torch.testing.assert_close(dev.weight.grad.cpu(), qkv.weight.grad, atol=1e-5, rtol=1e-5)
+    backward = next(g for g in get_metrics()["graphs"].values() if g["kind"] == "backward")
+    cats = [where for name, where in backward["placement"].items() if name.startswith("cat")]
+    assert cats and all(where.startswith("fused_") for where in cats), backward["placement"]
+    assert backward["regions"] == 1 and backward["library_nodes"] == 0

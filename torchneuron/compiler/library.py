@@ -24,7 +24,8 @@ whose destination offset is a constant, so none is shared: DenseNet-121's traini
 program had 594 of them among 964 dispatches and took 49 s to compile, 22 s with them left
 out (368 dispatches; inference program 22 -> 6 s). Two inputs (rotary embeddings'
 ``cat((-x2, x1), -1)``) and concatenations along the outermost non-unit dimension (contiguous
-updates, no dispatch) stay compiled. ``options={"library_concatenations": False}`` or
+updates, no dispatch) stay compiled, and so does a concatenation whose region computes its
+inputs (``concatenations_at_region_entries``). ``options={"library_concatenations": False}`` or
 ``TORCHNEURON_LIBRARY_CONCATENATIONS=0`` compiles them all.
 
 With ``options={"partition": False}`` the whole graph is one region and nothing is left out.
@@ -33,7 +34,7 @@ With ``options={"partition": False}`` the whole graph is one region and nothing 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.fx as fx
@@ -64,11 +65,36 @@ def is_strided_concatenation(node: fx.Node) -> bool:
     return math.prod(out.shape[:dim]) > 1
 
 
-def library_kernels(convolutions: bool = True, concatenations: bool = True) -> Callable[[fx.Node], bool]:
-    """The predicate of the nodes a graph calls as library kernels, for the chosen kinds."""
+@dataclass(frozen=True)
+class LibraryKernels:
+    """The predicate of the nodes a graph calls as library kernels, for the chosen kinds.
 
-    def chosen(node: fx.Node) -> bool:
-        return (convolutions and is_library_node(node)) or (concatenations and is_strided_concatenation(node))
+    ``concatenations`` marks the candidates (``is_strided_concatenation``); the partitioner
+    keeps only those at a region's entry (``concatenations_at_region_entries``)."""
 
-    return chosen
+    convolutions: bool = True
+    concatenations: bool = True
+
+    def __call__(self, node: fx.Node) -> bool:
+        return (self.convolutions and is_library_node(node)) or \
+            (self.concatenations and is_strided_concatenation(node))
+
+    def without_concatenations(self) -> LibraryKernels:
+        return LibraryKernels(self.convolutions, False)
+
+
+def library_kernels(convolutions: bool = True, concatenations: bool = True) -> LibraryKernels:
+    return LibraryKernels(convolutions, concatenations)
+
+
+def concatenations_at_region_entries(groups: list[dict[fx.Node, None]]) -> set[fx.Node]:
+    """The strided concatenations of ``groups`` (regions proposed with them compiled) none of
+    whose inputs is computed in the concatenation's own region: taking such a concatenation out
+    leaves its region whole. One whose inputs its region computes (a transformer backward's
+    ``cat([dq, dk, dv], -1)``) stays compiled: taking it out would cut the region in two
+    programs' worth of calls, with the copy's inputs written out between them (the GPT-2-style
+    LM's backward went from one region to five)."""
+    region = {node: i for i, group in enumerate(groups) for node in group}
+    return {node for node, i in region.items()
+            if is_strided_concatenation(node) and all(region.get(a) != i for a in node.all_input_nodes)}
 

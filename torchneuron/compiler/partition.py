@@ -26,7 +26,12 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
 from . import verdicts
-from .library import library_kernels
+from .library import (
+    LibraryKernels,
+    concatenations_at_region_entries,
+    is_strided_concatenation,
+    library_kernels,
+)
 from .lowering import node_lowers, probe_nodes
 from .passes import is_random
 
@@ -122,6 +127,8 @@ def partition(gm: fx.GraphModule, *, enabled: bool = True,
         outer = _whole_graph_region(gm)
     else:
         library = library or library_kernels()
+        if isinstance(library, LibraryKernels) and library.concatenations:
+            library = _with_entry_concatenations(gm, library)
         support = LoweringSupport(library)
         probe_nodes([n for n in gm.graph.nodes if support.candidate(n)])  # in batches, before the partitioner asks
         groups = propose_regions(gm, lambda n: support.is_node_supported({}, n))
@@ -134,6 +141,19 @@ def partition(gm: fx.GraphModule, *, enabled: bool = True,
     for n in _compute_nodes(outer):  # (a whole-graph region leaves none outside)
         (placement.library if library is not None and library(n) else placement.eager).append(_describe(n))
     return outer, placement
+
+
+def _with_entry_concatenations(gm: fx.GraphModule, library: LibraryKernels) -> Callable[[fx.Node], bool]:
+    """``library`` with only the strided concatenations that sit at a region's entry when the
+    regions are proposed with every concatenation compiled (``library.concatenations_at_region_entries``)."""
+    if not any(is_strided_concatenation(n) for n in gm.graph.nodes):
+        return library
+    base = library.without_concatenations()
+    support = LoweringSupport(base)
+    probe_nodes([n for n in gm.graph.nodes if support.candidate(n)])
+    groups = propose_regions(gm, lambda n: support.is_node_supported({}, n))
+    entries = {n.name for n in concatenations_at_region_entries(groups)}  # by name: fusing copies the nodes
+    return lambda node: base(node) or (node.name in entries and is_strided_concatenation(node))
 
 
 def propose_regions(gm: fx.GraphModule, supported: Callable[[fx.Node], bool]) -> list[dict[fx.Node, None]]:
