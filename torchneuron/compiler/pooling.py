@@ -224,7 +224,7 @@ def avg_pool2d_backward_as_taps(grad: torch.Tensor, x: torch.Tensor, kernel_size
     return _aten._to_copy.default(total, dtype=grad.dtype)
 
 
-def _adaptive_windows(out: int, size: int, like: torch.Tensor) -> torch.Tensor:
+def _adaptive_windows(out: int, size: int, like: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``[out, size]``: 1 where input position ``h`` lies in adaptive window ``i`` (ATen's
     windows: ``floor(i * size / out)`` to ``ceil((i + 1) * size / out)``), else 0."""
     i = _aten.arange.default(out, dtype=torch.int64, device=like.device)
@@ -234,7 +234,7 @@ def _adaptive_windows(out: int, size: int, like: torch.Tensor) -> torch.Tensor:
     h = _aten.unsqueeze.default(_aten.arange.default(size, dtype=torch.int64, device=like.device), 0)
     inside = _aten.logical_and.default(_aten.ge.Tensor(h, _aten.unsqueeze.default(start, 1)),
                                        _aten.lt.Tensor(h, _aten.unsqueeze.default(end, 1)))
-    return _aten._to_copy.default(inside, dtype=torch.float32)
+    return _aten._to_copy.default(inside, dtype=dtype)
 
 
 def adaptive_avg_pool2d_backward_as_matmuls(grad: torch.Tensor, x: torch.Tensor):
@@ -245,11 +245,12 @@ def adaptive_avg_pool2d_backward_as_matmuls(grad: torch.Tensor, x: torch.Tensor)
         return NotImplemented
     height, width = x.shape[-2], x.shape[-1]
     out_h, out_w = grad.shape[-2], grad.shape[-1]
-    rows = _adaptive_windows(out_h, height, grad)
-    cols = _adaptive_windows(out_w, width, grad)
+    work = grad.dtype if grad.dtype in (torch.float32, torch.float64) else torch.float32
+    rows = _adaptive_windows(out_h, height, grad, work)
+    cols = _adaptive_windows(out_w, width, grad, work)
     sizes = _aten.mul.Tensor(_aten.unsqueeze.default(_aten.sum.dim_IntList(rows, [1]), 1),
                              _aten.unsqueeze.default(_aten.sum.dim_IntList(cols, [1]), 0))
-    g = _aten.div.Tensor(_aten._to_copy.default(grad, dtype=torch.float32), sizes)
+    g = _aten.div.Tensor(_aten._to_copy.default(grad, dtype=work), sizes)
     spread = _aten.matmul.default(_aten.matmul.default(_aten.t.default(rows), g), cols)
     return _aten._to_copy.default(spread, dtype=grad.dtype)
 
@@ -266,4 +267,5 @@ def pooling_decompositions() -> dict:
     return table
 
 
-__all__ = ["adaptive_avg_pool2d_backward_as_matmuls", "avg_pool2d_backward_as_taps", "avg_pool_unit_window", "max_pool2d_as_taps", "max_pool2d_ceil_mode", "pooled_size", "pooling_decompositions"]
+__all__ = ["adaptive_avg_pool2d_backward_as_matmuls", "avg_pool2d_backward_as_taps", "avg_pool_unit_window",
+           "max_pool2d_as_taps", "max_pool2d_ceil_mode", "pooled_size", "pooling_decompositions"]
