@@ -1,5 +1,6 @@
-"""View ops torch-mlir does not lower, as ops it does: ``as_strided`` calls that only reshape,
-as reshapes; ``unfold`` as a gather.
+"""View ops torch-mlir does not lower (or lowers into code IREE rejects), as ops it handles:
+``as_strided`` as a reshape or a gather, ``as_strided_scatter`` as an ``index_put``, ``unfold``
+as a gather.
 
 PyTorch's ``_adaptive_avg_pool2d`` decomposition ends in an ``as_strided`` that gives the
 ``mean`` the strides eager would have (torchvision's Swin: ``[2, 768, 1, 1]`` with strides
@@ -13,7 +14,9 @@ cold compile took 312 s.
 
 :func:`as_strided_as_view` decomposes such an ``as_strided`` (the input contiguous from the
 start of its storage, the output reading the same elements in the same order) into
-``aten.view``; every other call is left to the op.
+``aten.view``, and any other of a contiguous input into an ``index_select`` of the storage
+positions it reads, computed in the graph, not as constants; inputs laid out otherwise are left
+to the op.
 """
 
 from __future__ import annotations
@@ -33,12 +36,31 @@ def _same_order(size, stride) -> bool:
     return True
 
 
+def _storage_positions(size, stride, offset: int, device) -> torch.Tensor:
+    """``offset + sum_k i_k * stride_k`` for every index of a ``(size, stride)`` view, computed in
+    the graph (``arange`` arithmetic: no index constant for IREE's i64 demotion to trip on)."""
+    positions = _aten.full.default([], offset, dtype=torch.int64, device=device)
+    for k, (n, st) in enumerate(zip(size, stride, strict=True)):
+        step = _aten.mul.Tensor(_aten.arange.default(n, dtype=torch.int64, device=device), st)
+        shape = [1] * len(size)
+        shape[k] = n
+        positions = _aten.add.Tensor(positions, _aten.view.default(step, shape))
+    return _aten.reshape.default(positions, [-1])
+
+
 def as_strided_as_view(x: torch.Tensor, size, stride, storage_offset=None):
-    if storage_offset not in (None, 0) or x.storage_offset() != 0 or not x.is_contiguous():
+    """A reshape-only ``as_strided`` as ``aten.view``; any other of a tensor laid out in
+    row-major order from the start of its storage as an ``index_select`` of the positions it
+    reads (torch-mlir's own lowering of it fails in IREE, see above)."""
+    if x.storage_offset() != 0 or not x.is_contiguous() or x.dim() == 0:
         return NotImplemented
-    if x.numel() != torch.Size(size).numel() or not _same_order(size, stride):
-        return NotImplemented
-    return _aten.view.default(x, list(size))
+    size, stride = list(size), list(stride)
+    offset = 0 if storage_offset is None else storage_offset
+    if offset == 0 and x.numel() == torch.Size(size).numel() and _same_order(size, stride):
+        return _aten.view.default(x, size)
+    flat = _aten.view.default(x, [x.numel()])
+    read = _aten.index_select.default(flat, 0, _storage_positions(size, stride, offset, x.device))
+    return _aten.view.default(read, size)
 
 
 def unfold_as_gather(x: torch.Tensor, dimension: int, size: int, step: int):
@@ -62,8 +84,41 @@ def unfold_as_gather(x: torch.Tensor, dimension: int, size: int, step: int):
     return windows.movedim(dim + 1, -1)
 
 
+def _may_overlap(size, stride) -> bool:
+    """Whether two elements of a ``(size, stride)`` view might share a storage position: unless,
+    dimensions sorted by stride, each stride passes the furthest position the smaller ones reach."""
+    reach = 0
+    for n, st in sorted(((n, st) for n, st in zip(size, stride, strict=True) if n > 1), key=lambda p: p[1]):
+        if st <= reach:
+            return True
+        reach += (n - 1) * st
+    return False
+
+
+def as_strided_scatter_as_index_put(x: torch.Tensor, src: torch.Tensor, size, stride, storage_offset=None):
+    """``as_strided_scatter`` of a contiguous tensor (from the start of its storage) as an
+    ``index_put`` of ``src`` at the storage positions the strided view covers.
+
+    Functionalisation writes a mutation through an ``as_strided`` view this way (the sweep's
+    compile mode ran it on the CPU in 29 models, adaptive mode in 83); torch-mlir does not lower
+    it. The positions are ``offset + sum_k i_k * stride_k``; a view whose positions may repeat
+    (``_may_overlap``: a zero stride, or strides that interleave) is left to the op, as is
+    an input whose elements are not laid out in row-major order from offset 0."""
+    offset = 0 if storage_offset is None else storage_offset
+    if x.storage_offset() != 0 or not x.is_contiguous() or x.dim() == 0:
+        return NotImplemented
+    size, stride = list(size), list(stride)
+    if _may_overlap(size, stride):
+        return NotImplemented
+    flat = _aten.view.default(x, [x.numel()])
+    values = _aten.reshape.default(_aten.expand.default(src, size), [-1])
+    out = _aten.index_put.default(flat, [_storage_positions(size, stride, offset, x.device)], values)
+    return _aten.view.default(out, list(x.shape))
+
+
 def view_decompositions() -> dict:
-    return {_aten.as_strided.default: as_strided_as_view, _aten.unfold.default: unfold_as_gather}
+    return {_aten.as_strided.default: as_strided_as_view, _aten.unfold.default: unfold_as_gather,
+            _aten.as_strided_scatter.default: as_strided_scatter_as_index_put}
 
 
-__all__ = ["as_strided_as_view", "unfold_as_gather", "view_decompositions"]
+__all__ = ["as_strided_as_view", "as_strided_scatter_as_index_put", "unfold_as_gather", "view_decompositions"]
