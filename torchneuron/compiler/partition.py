@@ -129,9 +129,7 @@ def partition(gm: fx.GraphModule, *, enabled: bool = True,
         library = library or library_kernels()
         if isinstance(library, LibraryKernels) and library.concatenations:
             library = _with_entry_concatenations(gm, library)
-        support = LoweringSupport(library)
-        probe_nodes([n for n in gm.graph.nodes if support.candidate(n)])  # in batches, before the partitioner asks
-        groups = propose_regions(gm, lambda n: support.is_node_supported({}, n))
+        groups = _regions(gm, library)
         verdicts.flush()  # the probes' verdicts, for later processes
         outer = fuse_by_partitions(gm, groups, prefix=REGION_PREFIX) if groups else gm
     placement = Placement()
@@ -143,16 +141,20 @@ def partition(gm: fx.GraphModule, *, enabled: bool = True,
     return outer, placement
 
 
+def _regions(gm: fx.GraphModule, library: Callable[[fx.Node], bool]) -> list[dict[fx.Node, None]]:
+    """The regions of ``gm``'s supported nodes, ``library``'s nodes left out."""
+    support = LoweringSupport(library)
+    probe_nodes([n for n in gm.graph.nodes if support.candidate(n)])  # in batches, before the partitioner asks
+    return propose_regions(gm, lambda n: support.is_node_supported({}, n))
+
+
 def _with_entry_concatenations(gm: fx.GraphModule, library: LibraryKernels) -> Callable[[fx.Node], bool]:
     """``library`` with only the strided concatenations that sit at a region's entry when the
     regions are proposed with every concatenation compiled (``library.concatenations_at_region_entries``)."""
     if not any(is_strided_concatenation(n) for n in gm.graph.nodes):
         return library
     base = library.without_concatenations()
-    support = LoweringSupport(base)
-    probe_nodes([n for n in gm.graph.nodes if support.candidate(n)])
-    groups = propose_regions(gm, lambda n: support.is_node_supported({}, n))
-    entries = {n.name for n in concatenations_at_region_entries(groups)}  # by name: fusing copies the nodes
+    entries = {n.name for n in concatenations_at_region_entries(_regions(gm, base))}  # by name: fusing copies the nodes
     return lambda node: base(node) or (node.name in entries and is_strided_concatenation(node))
 
 
