@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import torch
 
@@ -95,3 +96,16 @@ def test_histc_accepts_integer_tensors_like_accelerators():
     h = torch.histc(x.to("neuron"), bins=4, min=0, max=3)
     assert h.device.type == "neuron" and h.dtype == torch.int64
     assert h.cpu().tolist() == torch.histc(x.float(), bins=4, min=0, max=3).long().tolist()
+
+
+def test_histc_runs_on_the_device_for_a_fixed_range_only():
+    """A range fixed by the call compiles for the chip (compiler/histogram.py); one taken from the
+    data needs the host to read it first: a CPU fallback."""
+    x = torch.randn(50)
+    torchneuron.clear_op_tracking()
+    torch.testing.assert_close(torch.histc(x.to("neuron"), bins=6, min=-1, max=1).cpu(), torch.histc(x, 6, -1, 1))
+    assert torchneuron.get_fallback_ops() == {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the once-per-op CPU fallback warning
+        torch.testing.assert_close(torch.histc(x.to("neuron"), bins=6).cpu(), torch.histc(x, 6))
+    assert set(torchneuron.get_fallback_ops()) == {"aten::histc"}

@@ -62,6 +62,7 @@ def decompositions(convolution_backward: bool = True) -> dict:
     from .attention import attention_decompositions
     from .convolution import convolution_decompositions
     from .foreach import foreach_decompositions
+    from .histogram import histogram_decompositions
     from .pooling import pooling_decompositions
     from .views import view_decompositions
 
@@ -72,6 +73,7 @@ def decompositions(convolution_backward: bool = True) -> dict:
         table.update(convolution_decompositions())
     table.update(pooling_decompositions())
     table.update(view_decompositions())
+    table.update(histogram_decompositions())
     table.update(attention_decompositions())
     return table
 

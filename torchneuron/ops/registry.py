@@ -21,14 +21,18 @@ _libs: list[torch.library.Library] = []
 _has = torch._C._dispatch_has_kernel_for_dispatch_key
 
 
-def _integer_histc(kernel):
-    """``histc`` on integer tensors: accelerators accept them (transformers' MoE routing relies
-    on it), the host kernel does not; count in float32 and return the input's dtype."""
+def _histc(device_kernel, cpu_kernel):
+    """``histc`` on the device when the call fixes its range (it compiles for the chip:
+    ``compiler/histogram.py``), on the CPU when the range comes from the data (the host reads
+    the data to pick it). Integer tensors: accelerators accept them (transformers' MoE routing
+    relies on it), the host kernel does not; counted in float32, returned in the input's dtype."""
+    from ..compiler.histogram import fixed_range
 
     def histc(self, bins=100, min=0, max=0):
-        if self.is_floating_point():
-            return kernel(self, bins, min, max)
-        return kernel(self.to(torch.float32), bins, min, max).to(self.dtype)
+        counted = self if self.is_floating_point() else self.to(torch.float32)
+        kernel = device_kernel if fixed_range(counted.dtype, bins, min, max) else cpu_kernel
+        out = kernel(counted, bins, min, max)
+        return out if counted is self else out.to(self.dtype)
 
     return histc
 
@@ -142,15 +146,15 @@ def install() -> None:
         if name in dedicated or not _wants_generic(qualname, op):
             continue
         kernel = _kernel_for(op)
-        if name == "histc":
-            kernel = _integer_histc(kernel)
+        if name == "histc":  # placed per call, by its range (the table's dtypes aside)
+            kernel = _histc(_generic_kernel(op), fallback.fallback_kernel(op))
         elif _plain_device_op(op):
             plain[name] = kernel  # served from C++ (when built); this kernel takes what C++ cannot
             continue
         impl.impl(name, kernel, "PrivateUse1")
     _install_served(impl, plain, meta=False)
-    fallback = torch.library.Library("_", "IMPL")
-    fallback.fallback(_boxed_fallback, dispatch_key="PrivateUse1", with_keyset=True)
-    _libs.extend([impl, fallback])
+    boxed = torch.library.Library("_", "IMPL")
+    boxed.fallback(_boxed_fallback, dispatch_key="PrivateUse1", with_keyset=True)
+    _libs.extend([impl, boxed])
     autocast.install()
     attention.install()
