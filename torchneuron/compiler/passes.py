@@ -64,6 +64,7 @@ def decompositions(convolution_backward: bool = True) -> dict:
     from .foreach import foreach_decompositions
     from .histogram import histogram_decompositions
     from .pooling import pooling_decompositions
+    from .upsampling import upsampling_decompositions
     from .views import view_decompositions
 
     table = dict(get_decomposition_table())
@@ -74,6 +75,7 @@ def decompositions(convolution_backward: bool = True) -> dict:
     table.update(pooling_decompositions())
     table.update(view_decompositions())
     table.update(histogram_decompositions())
+    table.update(upsampling_decompositions())
     table.update(attention_decompositions())
     return table
 
