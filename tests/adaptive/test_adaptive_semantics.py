@@ -3,6 +3,8 @@ points, stream order, memory, random numbers, errors."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -285,3 +287,21 @@ def test_running_a_window_leaves_version_counters_as_eager_left_them(adaptive_mo
     torch.testing.assert_close(grad, grad_eager)
     torch.testing.assert_close(mean, mean_eager)
     assert adaptive.get_metrics()["windows_fused" if fused else "windows_replayed"] >= 2
+
+
+def test_histc_with_a_fixed_range_is_recorded_and_one_from_the_data_flushes(adaptive_mode):
+    """An MoE router's ``histc(ids, bins=E, min=0, max=E-1)`` joins the window (it compiles:
+    compiler/histogram.py); ``histc`` over the data's range runs on the host, which reads the data."""
+    torch.manual_seed(0)
+    x = torch.randn(40)
+    xd = x.to("neuron")
+    torchneuron.clear_op_tracking()
+    fixed = (torch.histc(xd * 2, bins=5, min=-2, max=2) + 1).cpu()
+    metrics = adaptive_mode.get_metrics()
+    assert metrics["windows"] == 1 and metrics["ops_recorded"] == 3, metrics
+    assert torch.equal(fixed, torch.histc(x * 2, 5, -2, 2) + 1) and torchneuron.get_fallback_ops() == {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the once-per-op CPU fallback warning
+        data = (torch.histc(xd * 2, bins=5) + 1).cpu()
+    assert torch.equal(data, torch.histc(x * 2, 5) + 1)
+    assert set(torchneuron.get_fallback_ops()) == {"aten::histc"}

@@ -14,7 +14,7 @@ DATA_DEPENDENT = frozenset(
         "aten::_unique", "aten::_unique2", "aten::unique_dim", "aten::unique_consecutive",
         "aten::unique_dim_consecutive", "aten::repeat_interleave", "aten::_local_scalar_dense",
         "aten::argwhere", "aten::is_nonzero", "aten::equal", "aten::allclose", "aten::bincount",
-        "aten::histc", "aten::_assert_async", "aten::item",
+        "aten::_assert_async", "aten::item",
     }
 )
 
