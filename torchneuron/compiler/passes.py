@@ -62,6 +62,7 @@ def decompositions(convolution_backward: bool = True) -> dict:
     from .attention import attention_decompositions
     from .convolution import convolution_decompositions
     from .foreach import foreach_decompositions
+    from .grid_sampling import grid_sampling_decompositions
     from .histogram import histogram_decompositions
     from .pooling import pooling_decompositions
     from .upsampling import upsampling_decompositions
@@ -76,6 +77,7 @@ def decompositions(convolution_backward: bool = True) -> dict:
     table.update(view_decompositions())
     table.update(histogram_decompositions())
     table.update(upsampling_decompositions())
+    table.update(grid_sampling_decompositions())
     table.update(attention_decompositions())
     return table
 
