@@ -9,7 +9,8 @@ says, clipped to the border for ``padding_mode="border"``) has four corners with
 gradient at that corner (corners outside the input add nothing: zero padding), and the grid
 gradient sums, over channels, the output gradient times the corners' input values times the
 weights' derivatives, times the unnormalisation's (and the clipping's) derivative.
-Reflection padding and the nearest and bicubic modes are left to the op.
+Computed in float32 (float64 for float64) and returned in the inputs' dtypes. Reflection
+padding and the nearest and bicubic modes are left to the op.
 """
 
 from __future__ import annotations
@@ -41,7 +42,10 @@ def grid_sampler_2d_backward_as_gathers(grad_output: torch.Tensor, input: torch.
         return NotImplemented
     n, c, height, width = input.shape
     out_h, out_w = grid.shape[1], grid.shape[2]
-    dtype = input.dtype
+    dtype = torch.float64 if input.dtype == torch.float64 else torch.float32  # as ATen's accumulation
+    given = (input.dtype, grid.dtype)
+    input, grid = _aten._to_copy.default(input, dtype=dtype), _aten._to_copy.default(grid, dtype=dtype)
+    grad_output = _aten._to_copy.default(grad_output, dtype=dtype)
     ix, gx_mult = _source(_aten.select.int(grid, 3, 0), width, align_corners, padding_mode == _BORDER)
     iy, gy_mult = _source(_aten.select.int(grid, 3, 1), height, align_corners, padding_mode == _BORDER)
     x0, y0 = _aten.floor.default(ix), _aten.floor.default(iy)
@@ -83,6 +87,10 @@ def grid_sampler_2d_backward_as_gathers(grad_output: torch.Tensor, input: torch.
         gix = _aten.mul.Tensor(_aten.view.default(gix, [n, out_h, out_w]), gx_mult)
         giy = _aten.mul.Tensor(_aten.view.default(giy, [n, out_h, out_w]), gy_mult)
         grad_grid = _aten.stack.default([gix, giy], 3)
+    if grad_input is not None:
+        grad_input = _aten._to_copy.default(grad_input, dtype=given[0])
+    if grad_grid is not None:
+        grad_grid = _aten._to_copy.default(grad_grid, dtype=given[1])
     return grad_input, grad_grid
 
 
