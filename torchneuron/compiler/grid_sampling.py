@@ -1,4 +1,4 @@
-"""``grid_sampler_2d_backward`` as gathers and a scatter-add, for bilinear sampling.
+"""``grid_sampler_2d_backward`` as gathers and an index-add, for bilinear sampling.
 
 torch-mlir does not lower it (the sweep ran it on the CPU in 11 models: deformable attention
 in DETR-style detectors and grid-sampled positional embeddings); the forward takes PyTorch's
@@ -58,6 +58,10 @@ def grid_sampler_2d_backward_as_gathers(grad_output: torch.Tensor, input: torch.
     def flat(t):  # [n, out_h, out_w] -> [n, 1, points]
         return _aten.view.default(t, [n, 1, points])
 
+    # positions in the input flattened over (batch, height, width): one index per point, shared
+    # by the channels, so that the scatter and the gathers move whole channel columns
+    base = _aten.view.default(_aten.mul.Tensor(_aten.arange.default(n, dtype=torch.int64, device=input.device),
+                                               height * width), [n, 1, 1])
     indices, valid = [], []
     for y, x, _, _ in corners:
         ok = _aten.logical_and.default(
@@ -65,21 +69,26 @@ def grid_sampler_2d_backward_as_gathers(grad_output: torch.Tensor, input: torch.
             _aten.logical_and.default(_aten.ge.Scalar(y, 0), _aten.lt.Scalar(y, height)))
         at = _aten.add.Tensor(_aten.mul.Tensor(y, width), x)
         at = _aten.where.self(ok, at, _aten.zeros_like.default(at))  # outside: any valid index, weight 0
-        indices.append(flat(_aten._to_copy.default(at, dtype=torch.int64)))
+        indices.append(_aten.add.Tensor(flat(_aten._to_copy.default(at, dtype=torch.int64)), base))
         valid.append(flat(_aten._to_copy.default(ok, dtype=dtype)))
     g = _aten.reshape.default(grad_output, [n, c, points])
     grad_input = grad_grid = None
     if output_mask[0]:
         spread = [_aten.mul.Tensor(g, _aten.mul.Tensor(flat(_aten.mul.Tensor(wy, wx)), ok))
                   for (_, _, wy, wx), ok in zip(corners, valid, strict=True)]
-        index = _aten.expand.default(_aten.cat.default(indices, 2), [n, c, 4 * points])
-        zeros = _aten.new_zeros.default(input, [n, c, height * width])
-        grad_input = _aten.view.default(_aten.scatter_add.default(zeros, 2, index, _aten.cat.default(spread, 2)),
-                                        [n, c, height, width])
+        index = _aten.reshape.default(_aten.cat.default(indices, 2), [n * 4 * points])
+        columns = _aten.reshape.default(_aten.permute.default(_aten.cat.default(spread, 2), [1, 0, 2]), [c, n * 4 * points])
+        zeros = _aten.new_zeros.default(input, [c, n * height * width])
+        summed = _aten.index_add.default(zeros, 1, index, columns)
+        grad_input = _aten.permute.default(_aten.view.default(summed, [c, n, height, width]), [1, 0, 2, 3])
     if output_mask[1]:
-        source = _aten.reshape.default(input, [n, c, height * width])
-        values = [_aten.mul.Tensor(_aten.gather.default(source, 2, _aten.expand.default(at, [n, c, points])), ok)
-                  for at, ok in zip(indices, valid, strict=True)]
+        source = _aten.reshape.default(_aten.permute.default(input, [1, 0, 2, 3]), [c, n * height * width])
+
+        def corner_values(at):  # [n, c, points]
+            picked = _aten.index_select.default(source, 1, _aten.reshape.default(at, [n * points]))
+            return _aten.permute.default(_aten.view.default(picked, [c, n, points]), [1, 0, 2])
+
+        values = [_aten.mul.Tensor(corner_values(at), ok) for at, ok in zip(indices, valid, strict=True)]
         nw, ne, sw, se = (_aten.sum.dim_IntList(_aten.mul.Tensor(v, g), [1]) for v in values)  # [n, points]
         wx0f, wx1f, wy0f, wy1f = (_aten.view.default(t, [n, points]) for t in (wx0, wx1, wy0, wy1))
         gix = _aten.add.Tensor(_aten.mul.Tensor(_aten.sub.Tensor(ne, nw), wy0f), _aten.mul.Tensor(_aten.sub.Tensor(se, sw), wy1f))
