@@ -30,10 +30,10 @@ _aten = torch.ops.aten
 
 
 def histc_as_counts(x: torch.Tensor, bins: int = 100, min: float = 0, max: float = 0):  # noqa: A002 - ATen's names
-    counted = x if x.is_floating_point() else _aten._to_copy.default(x, dtype=torch.float32)
-    dtype = counted.dtype
+    dtype = x.dtype if x.is_floating_point() else torch.float32
     if not fixed_range(dtype, bins, min, max):
         return NotImplemented
+    counted = x if x.dtype == dtype else _aten._to_copy.default(x, dtype=dtype)
     lo, hi = float(min), float(max)
     left = _aten.scalar_tensor.default(lo, dtype=dtype, device=x.device)
     right = _aten.scalar_tensor.default(hi, dtype=dtype, device=x.device)

@@ -26,9 +26,10 @@ def _histc(device_kernel, cpu_kernel):
     ``compiler/histogram.py``), on the CPU when the range comes from the data (the host reads
     the data to pick it). Integer tensors: accelerators accept them (transformers' MoE routing
     relies on it), the host kernel does not; counted in float32, returned in the input's dtype."""
-    from ..compiler.histogram import fixed_range
 
     def histc(self, bins=100, min=0, max=0):
+        from ..compiler.histogram import fixed_range  # (not at ``import torch``)
+
         counted = self if self.is_floating_point() else self.to(torch.float32)
         kernel = device_kernel if fixed_range(counted.dtype, bins, min, max) else cpu_kernel
         out = kernel(counted, bins, min, max)
