@@ -78,7 +78,7 @@ def _backward_as_matmuls(dims: int):
     (``grad, output_size, input_size, align_corners, *scales``)."""
 
     def backward(grad: torch.Tensor, output_size, input_size, align_corners: bool, *scales):
-        work = torch.float64 if grad.dtype == torch.float64 else torch.float32
+        work = _work_dtype(grad.dtype)
         scales = list(scales) + [None] * (dims - len(scales))
         matrices = [interpolation_matrix(out, size, align_corners, scale, grad, work)
                     for out, size, scale in zip(output_size, list(input_size)[-dims:], scales, strict=True)]
