@@ -305,3 +305,24 @@ def test_histc_with_a_fixed_range_is_recorded_and_one_from_the_data_flushes(adap
         data = (torch.histc(xd * 2, bins=5) + 1).cpu()
     assert torch.equal(data, torch.histc(x * 2, 5) + 1)
     assert set(torchneuron.get_fallback_ops()) == {"aten::histc"}
+
+
+def test_triangular_solve_is_recorded_with_atens_layout(adaptive_mode):
+    """A gated delta net's UT solve joins the window (compiler/triangular_solve.py), and the view
+    after it that only ATen's column-major result allows still holds in the fused program."""
+    torch.manual_seed(0)
+    system = torch.randn(2, 16, 16) * 0.2 + torch.eye(16)
+    values = torch.randn(2, 16, 4)
+    torchneuron.clear_op_tracking()
+    sd, vd = system.to("neuron"), values.to("neuron")
+    x = torch.linalg.solve_triangular(sd * 1.0, vd, upper=False, unitriangular=True)
+    out = torch.zeros_like(x)  # column-major as x, as Qwen3-Next's core_attn_out
+    out[:, 1:] = x[:, 1:] * 2
+    got = (out.mT.reshape(2, 64) + 1).cpu()  # a view of the eager layout
+    metrics = adaptive_mode.get_metrics()
+    assert metrics["windows"] == 1 and metrics["windows_fused"] == 1, metrics
+    assert torchneuron.get_fallback_ops() == {}
+    ref = torch.linalg.solve_triangular(system, values, upper=False, unitriangular=True)
+    ref[:, 0] = 0
+    ref = (ref * 2).mT.reshape(2, 64) + 1
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)

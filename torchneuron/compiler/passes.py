@@ -65,6 +65,7 @@ def decompositions(convolution_backward: bool = True) -> dict:
     from .grid_sampling import grid_sampling_decompositions
     from .histogram import histogram_decompositions
     from .pooling import pooling_decompositions
+    from .triangular_solve import triangular_solve_decompositions
     from .upsampling import upsampling_decompositions
     from .views import view_decompositions
 
@@ -78,6 +79,7 @@ def decompositions(convolution_backward: bool = True) -> dict:
     table.update(histogram_decompositions())
     table.update(upsampling_decompositions())
     table.update(grid_sampling_decompositions())
+    table.update(triangular_solve_decompositions())
     table.update(attention_decompositions())
     return table
 
