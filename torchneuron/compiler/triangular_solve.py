@@ -101,8 +101,8 @@ def solve_triangular_as_products(a: torch.Tensor, b: torch.Tensor, *, upper: boo
     # view that is valid on the eager result); adaptive mode records them against that layout
     strides = tuple(make_contiguous_strides_for(x.shape, row_major=False))
     if x.stride() != strides:
-        x = x.mT.contiguous().mT  # a copy in the graph; also differs in the strides of size-1 dimensions:
-    if x.stride() != strides:  # then a template in that layout (allocated outside the program)
+        x = x.mT.contiguous().mT  # a copy inside the program
+    if x.stride() != strides:  # (strides of size-1 dimensions differ) a template allocated outside it
         layout = torch.empty_strided(x.shape, strides, dtype=x.dtype, device=x.device)
         x = _aten.copy.default(layout, x)  # functional: the result takes the first argument's layout
     return x
@@ -118,7 +118,10 @@ def _solve(a: torch.Tensor, b: torch.Tensor, *, upper: bool, left: bool, unitria
         return NotImplemented
     if not left:  # X A = B  <=>  A^T X^T = B^T
         return _solve(a.mT, b.mT, upper=not upper, left=True, unitriangular=unitriangular).mT
-    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    try:
+        batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except RuntimeError:
+        return NotImplemented  # the op's own error
     if n == 0 or b.shape[-1] == 0 or 0 in batch:
         return b.new_zeros((*batch, n, b.shape[-1]))
     if upper:  # reversing rows and columns makes an upper-triangular system lower-triangular
