@@ -20,7 +20,7 @@ SCRIPT = textwrap.dedent('''\
 
 
     def solve(a, b):
-        return torch.linalg.solve_triangular(a, b, upper=True)  # line 10: a CPU fallback
+        return torch.linalg.cholesky_ex(a @ a.mT).L  # line 10: a CPU fallback
 
 
     for _ in range(int(sys.argv[1])):
@@ -41,8 +41,8 @@ def test_check_reports_placement_and_fallback_sites(script):
     rep = run_check(str(script), ["3"])
     assert rep["exit_code"] == 0 and rep["error"] is None
     fb = rep["fallback_ops"]
-    assert fb["aten::linalg_solve_triangular"]["calls"] == 3
-    (site, n), = fb["aten::linalg_solve_triangular"]["sites"].items()
+    assert fb["aten::linalg_cholesky_ex"]["calls"] == 3
+    (site, n), = fb["aten::linalg_cholesky_ex"]["sites"].items()
     assert site.endswith("user_script.py:10 (solve)") and n == 3
     (site, n), = fb["aten::cumprod"]["sites"].items()
     assert site.endswith("user_script.py:15 (<module>)") and n == 1
@@ -55,7 +55,7 @@ def test_check_cli_text_and_exit_code(script, capsys):
     assert cli.main(["check", str(script), "2"]) == 0
     out = capsys.readouterr().out
     assert "CPU fallbacks (2 ops)" in out
-    assert "aten::linalg_solve_triangular" in out and "user_script.py:10 (solve) x2" in out
+    assert "aten::linalg_cholesky_ex" in out and "user_script.py:10 (solve) x2" in out
     assert "torch.compile: not used" in out
 
 
