@@ -205,6 +205,79 @@ def test_max_pool_backward_is_compiled_and_matches_cpu(kernel, stride, padding, 
     torch.testing.assert_close(xd.grad.cpu(), xc.grad, rtol=1e-5, atol=1e-5)
 
 
+def test_max_pool3d_as_taps_matches_aten_exhaustively():
+    """The 3-d pool (S3D, MViT's pooled attention) as the same running maximum: values and flat
+    indices exactly the CPU kernel's, ties, NaNs and -inf rows included, floor and ceil mode."""
+    from torchneuron.compiler.pooling import max_pool3d_as_taps
+
+    torch.manual_seed(0)
+    checked = 0
+    for (t, h, w), k, s, p, d, ceil in itertools.product(((3, 5, 4), (4, 7, 6)), ((1, 2, 2), (3, 3, 3), (2, 1, 3)),
+                                                         ((1, 1, 1), (2, 2, 2), (1, 2, 3)), (0, 1), (1, 2),
+                                                         (False, True)):
+        if p > min(k) // 2:
+            continue
+        x = torch.randn(2, 3, t, h, w)
+        x[0, 0, 1, 1, 1] = float("nan")
+        x[1, 1, :, 2, :] = float("-inf")
+        x[1, 2, :2, :2, :2] = 0.5  # a tie in the first window
+        args = (list(k), list(s), [p] * 3, [d] * 3, ceil)
+        try:
+            ref_v, ref_i = _aten.max_pool3d_with_indices.default(x, *args)
+        except RuntimeError:
+            continue  # a geometry PyTorch rejects
+        got_v, got_i = max_pool3d_as_taps(x, *args)
+        torch.testing.assert_close(got_v, ref_v, rtol=0, atol=0, equal_nan=True)
+        assert torch.equal(got_i, ref_i), args
+        checked += 1
+    assert checked > 60
+    unbatched = torch.randn(3, 4, 6, 6)
+    ref = _aten.max_pool3d_with_indices.default(unbatched, [1, 3, 3], [1, 2, 2], [0, 1, 1])
+    got = max_pool3d_as_taps(unbatched, [1, 3, 3], [1, 2, 2], [0, 1, 1])
+    assert all(torch.equal(a, b) for a, b in zip(got, ref, strict=True))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_max_pool3d_backward_decomposition_matches_aten(dtype):
+    from torchneuron.compiler.pooling import max_pool3d_backward_as_scatter
+
+    torch.manual_seed(0)
+    for lead, args in (((2, 3), ([3, 3, 3], [1, 2, 2], [1, 1, 1], [1, 1, 1], False)),  # overlapping windows
+                       ((3,), ([1, 3, 3], [1, 2, 2], [0, 1, 1], [1, 1, 1], True)),
+                       ((2, 2), ([2, 2, 2], [2, 2, 2], [0, 0, 0], [1, 2, 1], False))):
+        x = torch.randn(*lead, 4, 7, 6).to(dtype)
+        _, indices = _aten.max_pool3d_with_indices.default(x, *args)
+        g = torch.randn(indices.shape).to(dtype)
+        ref = _aten.max_pool3d_with_indices_backward.default(g, x, *args, indices)
+        got = max_pool3d_backward_as_scatter(g, x, *args, indices)
+        assert got.dtype == ref.dtype and got.shape == ref.shape
+        tol = 1e-6 if dtype == torch.float32 else 1e-2  # bf16: one rounding of a float32 sum of <= 27 terms
+        torch.testing.assert_close(got, ref, rtol=tol, atol=tol)
+
+
+def test_s3d_pools_are_compiled_forward_and_backward():
+    """S3D's pools (3x3x3/1 and 1x3x3/(1,2,2), torch-mlir lowers neither nor their backward)
+    fused with their producers: no eager node in either graph, values and gradients the CPU's."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 4, 9, 9, requires_grad=True)
+    scale = torch.randn(3, 1, 1, 1)
+
+    def f(t, s):
+        y = F.max_pool3d(torch.relu(t) * s, (1, 3, 3), (1, 2, 2), (0, 1, 1))
+        return F.max_pool3d(y - 0.25, 3, 1, 1)
+
+    xd = x.detach().to(DEVICE).requires_grad_()
+    got = torch.compile(f, backend="neuron")(xd, scale.to(DEVICE))
+    got.square().sum().backward()
+    ref = f(x, scale)
+    ref.square().sum().backward()
+    graphs = get_metrics()["graphs"].values()
+    assert {g["kind"] for g in graphs} >= {"forward", "backward"}
+    assert all(g["eager_nodes"] == 0 for g in graphs), [g["placement"] for g in graphs]
+    torch.testing.assert_close(got.detach().cpu(), ref.detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(xd.grad.cpu(), x.grad, rtol=1e-5, atol=1e-5)
+
+
 def test_as_strided_that_reshapes_becomes_a_view():
     from torchneuron.compiler.views import as_strided_as_view
 

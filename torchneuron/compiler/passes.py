@@ -64,6 +64,7 @@ def decompositions(convolution_backward: bool = True) -> dict:
     from .foreach import foreach_decompositions
     from .grid_sampling import grid_sampling_decompositions
     from .histogram import histogram_decompositions
+    from .padding import padding_decompositions
     from .pooling import pooling_decompositions
     from .triangular_solve import triangular_solve_decompositions
     from .upsampling import upsampling_decompositions
@@ -75,6 +76,7 @@ def decompositions(convolution_backward: bool = True) -> dict:
     if convolution_backward:
         table.update(convolution_decompositions())
     table.update(pooling_decompositions())
+    table.update(padding_decompositions())
     table.update(view_decompositions())
     table.update(histogram_decompositions())
     table.update(upsampling_decompositions())

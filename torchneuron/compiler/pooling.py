@@ -41,11 +41,17 @@
   divisor, once per window tap, each a zero pad of the gradient spread to the stride;
   ``aten._adaptive_avg_pool2d_backward`` (VGG, AlexNet) is two matmuls with the windows'
   membership matrices (:func:`adaptive_avg_pool2d_backward_as_matmuls`).
+* **3-d max pools** — torch-mlir lowers neither ``aten.max_pool3d_with_indices`` nor its
+  backward (S3D and the MViTs ran both on the CPU, 9 to 39 calls per sweep check): the pool is
+  the same running maximum over its taps (:func:`max_pool_as_taps`, ``dims=3``) and the backward
+  a ``scatter_add`` into the flat indices (:func:`max_pool3d_backward_as_scatter`).
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
+from math import prod
 
 import torch
 
@@ -101,52 +107,101 @@ def _tap_positions(out: int, stride: int, pad: int, offset: int, device) -> torc
     return _aten.add.Tensor(_aten.mul.Tensor(torch.arange(out, device=device), stride), offset - pad)
 
 
-def max_pool2d_as_taps(x: torch.Tensor, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode: bool = False):
-    """``max_pool2d_with_indices`` of a floating-point tensor as a running maximum over the
-    window's ``kh * kw`` taps, each a strided slice of the ``-inf``-padded input: elementwise
-    comparisons and selects, fused into one loop. PyTorch's CPU kernel is matched exactly, ties
-    and NaNs included: a tap replaces the maximum when it is greater or NaN (so the last NaN
-    wins, a ``-inf`` never does), starting from ``-inf`` at the window's first position inside
-    the input. The ceiling of ``ceil_mode`` is more padding at the end.
+def _flat_index(per_dim: list[torch.Tensor], sizes, outs) -> torch.Tensor:
+    """Positions along each pooled dimension (one vector of ``outs[i]`` per dimension) as the
+    flat index PyTorch's max pools return: ``(d * H + h) * W + w``, shaped ``outs``."""
+    dims = len(per_dim)
+    index = None
+    for i, positions in enumerate(per_dim):
+        shape = [1] * dims
+        shape[i] = outs[i]
+        term = _aten.view.default(_aten.mul.Tensor(positions, prod(sizes[i + 1:])), shape)
+        index = term if index is None else _aten.add.Tensor(index, term)
+    return index
 
-    Why: torch-mlir lowers the op with its indices to a two-result ``stablehlo.reduce_window``,
-    and IREE 3.13's code for it drops NaNs — in the windows holding one, values and indices
-    differed from the CPU's (no NaN out), so a compiled training step hid a NaN that eager propagates
-    (``test_compiled_max_pool_with_indices_is_the_cpu_kernels``). Speed, this host: ResNet-18's
-    stem pool with its producer and backward (8x64x32x32, 3x3/2) 9.4 against 11.3 ms; values
-    only (inference, where the index computation is dead code) 1.6-1.7 against 1.0-1.3 ms."""
+
+def max_pool_as_taps(x: torch.Tensor, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode: bool = False,
+                     *, dims: int = 2):
+    """``max_pool2d_with_indices`` (``dims=3``: ``max_pool3d_with_indices``) of a floating-point
+    tensor as a running maximum over the window's taps, each a strided slice of the
+    ``-inf``-padded input: elementwise comparisons and selects, fused into one loop. PyTorch's
+    CPU kernels are matched exactly, ties and NaNs included: a tap replaces the maximum when it
+    is greater or NaN (so the last NaN wins, a ``-inf`` never does), starting from ``-inf`` at
+    the window's first position inside the input. The ceiling of ``ceil_mode`` is more padding
+    at the end.
+
+    Why: torch-mlir lowers the 2-d op with its indices to a two-result
+    ``stablehlo.reduce_window``, and IREE 3.13's code for it drops NaNs — in the windows
+    holding one, values and indices differed from the CPU's (no NaN out), so a compiled
+    training step hid a NaN that eager propagates
+    (``test_compiled_max_pool_with_indices_is_the_cpu_kernels``); it does not lower the 3-d op
+    at all (S3D and MViT ran it, and its backward, on the CPU between their compiled regions).
+    Speed, this host: ResNet-18's stem pool with its producer and backward (8x64x32x32, 3x3/2)
+    9.4 against 11.3 ms; values only (inference, where the index computation is dead code)
+    1.6-1.7 against 1.0-1.3 ms."""
     if not x.is_floating_point():
-        return max_pool2d_ceil_mode(x, kernel_size, stride, padding, dilation, ceil_mode)
-    kernel = _spatial(kernel_size, 2)
-    strides = _spatial(stride, 2, kernel)
-    pads, dils = _spatial(padding, 2), _spatial(dilation, 2)
-    sizes = (x.shape[-2], x.shape[-1])
-    outs = [pooled_size(n, k, s, p, d, ceil_mode) for n, k, s, p, d in zip(sizes, kernel, strides, pads, dils, strict=True)]
-    high = [max(0, (o - 1) * s + d * (k - 1) + 1 - (n + p))
-            for n, o, k, s, p, d in zip(sizes, outs, kernel, strides, pads, dils, strict=True)]
-    padded = _aten.constant_pad_nd.default(x, [pads[1], high[1], pads[0], high[0]], float("-inf"))
-    width = sizes[1]
+        if dims == 2:
+            return max_pool2d_ceil_mode(x, kernel_size, stride, padding, dilation, ceil_mode)
+        return NotImplemented
+    kernel = _spatial(kernel_size, dims)
+    strides = _spatial(stride, dims, kernel)
+    pads, dils = _spatial(padding, dims), _spatial(dilation, dims)
+    sizes = tuple(x.shape[-dims:])
+    geometry = list(zip(sizes, kernel, strides, pads, dils, strict=True))
+    outs = [pooled_size(n, k, s, p, d, ceil_mode) for n, k, s, p, d in geometry]
+    high = [max(0, (o - 1) * s + d * (k - 1) + 1 - (n + p)) for o, (n, k, s, p, d) in zip(outs, geometry, strict=True)]
+    pad_arg: list[int] = []
+    for i in reversed(range(dims)):  # constant_pad_nd pads the last dimension first
+        pad_arg += [pads[i], high[i]]
+    padded = _aten.constant_pad_nd.default(x, pad_arg, float("-inf"))
     # the window's first position inside the input: where PyTorch's kernel starts its index
     first = []
-    for o, s, p, d in zip(outs, strides, pads, dils, strict=True):
+    for o, (_, _, s, p, d) in zip(outs, geometry, strict=True):
         start = _tap_positions(o, s, p, 0, x.device)
-        before = _aten.clamp_min.default(_aten.neg.default(start), 0)  # positions left of the input
+        before = _aten.clamp_min.default(_aten.neg.default(start), 0)  # positions before the input
         first.append(_aten.add.Tensor(start, _aten.mul.Tensor(_aten.div.Tensor_mode(
             _aten.add.Tensor(before, d - 1), d, rounding_mode="floor"), d)))
-    index = _aten.add.Tensor(_aten.mul.Tensor(_aten.unsqueeze.default(first[0], 1), width), first[1])
-    index = _aten.expand.default(index, [*x.shape[:-2], *outs])
-    value = _aten.full.default([*x.shape[:-2], *outs], float("-inf"), dtype=x.dtype, device=x.device)
-    for i in range(kernel[0]):
-        rows = _aten.slice.Tensor(padded, -2, i * dils[0], i * dils[0] + (outs[0] - 1) * strides[0] + 1, strides[0])
-        row_at = _tap_positions(outs[0], strides[0], pads[0], i * dils[0], x.device)
-        for j in range(kernel[1]):
-            tap = _aten.slice.Tensor(rows, -1, j * dils[1], j * dils[1] + (outs[1] - 1) * strides[1] + 1, strides[1])
-            col_at = _tap_positions(outs[1], strides[1], pads[1], j * dils[1], x.device)
-            at = _aten.add.Tensor(_aten.mul.Tensor(_aten.unsqueeze.default(row_at, 1), width), col_at)
-            take = _aten.logical_or.default(_aten.gt.Tensor(tap, value), _aten.isnan.default(tap))
-            value = _aten.where.self(take, tap, value)
-            index = _aten.where.self(take, at, index)
+    lead = list(x.shape[:-dims])
+    index = _aten.expand.default(_flat_index(first, sizes, outs), [*lead, *outs])
+    value = _aten.full.default([*lead, *outs], float("-inf"), dtype=x.dtype, device=x.device)
+    for taps in itertools.product(*(range(k) for k in kernel)):
+        tap, positions = padded, []
+        for i, t in enumerate(taps):
+            o, (_, _, s, p, d) = outs[i], geometry[i]
+            tap = _aten.slice.Tensor(tap, len(lead) + i, t * d, t * d + (o - 1) * s + 1, s)
+            positions.append(_tap_positions(o, s, p, t * d, x.device))
+        take = _aten.logical_or.default(_aten.gt.Tensor(tap, value), _aten.isnan.default(tap))
+        value = _aten.where.self(take, tap, value)
+        index = _aten.where.self(take, _flat_index(positions, sizes, outs), index)
     return value, index
+
+
+def max_pool2d_as_taps(x: torch.Tensor, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode: bool = False):
+    """``max_pool2d_with_indices`` as :func:`max_pool_as_taps`."""
+    return max_pool_as_taps(x, kernel_size, stride, padding, dilation, ceil_mode, dims=2)
+
+
+def max_pool3d_as_taps(x: torch.Tensor, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode: bool = False):
+    """``max_pool3d_with_indices`` as :func:`max_pool_as_taps`."""
+    return max_pool_as_taps(x, kernel_size, stride, padding, dilation, ceil_mode, dims=3)
+
+
+def max_pool3d_backward_as_scatter(grad: torch.Tensor, x: torch.Tensor, kernel_size, stride, padding, dilation,
+                                   ceil_mode: bool, indices: torch.Tensor):
+    """``max_pool3d_with_indices_backward``, which torch-mlir does not lower, as PyTorch's
+    decomposition of the 2-d op does it: the output gradient scatter-added into the forward's
+    flat indices (a position picked by several windows sums their gradients), in float32 for
+    half-precision gradients."""
+    if x.dim() not in (4, 5):
+        return NotImplemented
+    lead, sizes = list(x.shape[:-3]), list(x.shape[-3:])
+    work = torch.float32 if grad.dtype in (torch.float16, torch.bfloat16) else grad.dtype
+    rows = prod(lead)
+    flat_grad = _aten._to_copy.default(_aten.reshape.default(grad, [rows, -1]), dtype=work)
+    flat_index = _aten.reshape.default(indices, [rows, -1])
+    total = _aten.zeros.default([rows, prod(sizes)], dtype=work, device=grad.device)
+    total = _aten.scatter_add.default(total, 1, flat_index, flat_grad)
+    return _aten._to_copy.default(_aten.view.default(total, lead + sizes), dtype=grad.dtype)
 
 
 def avg_pool_unit_window(x: torch.Tensor, kernel_size, stride=(), padding=(0,), ceil_mode: bool = False,
@@ -259,6 +314,8 @@ def pooling_decompositions() -> dict:
     from torch._decomp import get_decompositions
 
     table = {_aten.max_pool2d_with_indices.default: max_pool2d_as_taps,
+             _aten.max_pool3d_with_indices.default: max_pool3d_as_taps,
+             _aten.max_pool3d_with_indices_backward.default: max_pool3d_backward_as_scatter,
              _aten.avg_pool2d.default: avg_pool_unit_window,
              _aten.avg_pool3d.default: functools.partial(avg_pool_unit_window, dims=3),
              _aten.avg_pool2d_backward.default: avg_pool2d_backward_as_taps,
@@ -268,4 +325,5 @@ def pooling_decompositions() -> dict:
 
 
 __all__ = ["adaptive_avg_pool2d_backward_as_matmuls", "avg_pool2d_backward_as_taps", "avg_pool_unit_window",
-           "max_pool2d_as_taps", "max_pool2d_ceil_mode", "pooled_size", "pooling_decompositions"]
+           "max_pool2d_as_taps", "max_pool2d_ceil_mode", "max_pool3d_as_taps", "max_pool3d_backward_as_scatter",
+           "max_pool_as_taps", "pooled_size", "pooling_decompositions"]
