@@ -278,6 +278,60 @@ def test_s3d_pools_are_compiled_forward_and_backward():
     torch.testing.assert_close(xd.grad.cpu(), x.grad, rtol=1e-5, atol=1e-5)
 
 
+def test_avg_pool_backward_as_matmuls_matches_aten_exhaustively():
+    """``avg_pool3d_backward`` (and 2-d windows beyond the taps' limit) as one matmul per pooled
+    dimension, over kernels, strides, padding, ceil mode, ``count_include_pad`` and divisors."""
+    from torchneuron.compiler.pooling import (
+        MAX_AVG_POOL_BACKWARD_TAPS,
+        avg_pool2d_backward,
+        avg_pool_backward_as_matmuls,
+    )
+
+    torch.manual_seed(0)
+    cases = 0
+    for dims, size, k, s, p, ceil, include_pad, divisor in itertools.chain(
+            itertools.product([3], [(2, 7, 7), (3, 8, 9)], [2, 3, (2, 7, 7), (1, 3, 2)], [1, 2, None], [0, 1],
+                              [False, True], [False, True], [None, 3]),
+            itertools.product([2], [(9, 9), (8, 11)], [(9, 9), (8, 9), 3], [1, 2, None], [0, 1],
+                              [False, True], [False, True], [None, 3])):
+        kernel = list(k) if isinstance(k, tuple) else [k] * dims
+        if (p and min(kernel) < 2 * p) or any(kk > n for kk, n in zip(kernel, size, strict=True)):
+            continue
+        x = torch.randn(2, 3, *size)
+        pool = F.avg_pool3d if dims == 3 else F.avg_pool2d
+        g = torch.randn_like(pool(x, kernel, s, p, ceil, include_pad, divisor))
+        args = (g, x, kernel, [] if s is None else [s] * dims, [p] * dims, ceil, include_pad, divisor)
+        ref = (_aten.avg_pool3d_backward if dims == 3 else _aten.avg_pool2d_backward)(*args)
+        torch.testing.assert_close(avg_pool_backward_as_matmuls(*args, dims=dims), ref, rtol=1e-5, atol=1e-6,
+                                   msg=lambda m, a=args[2:]: f"{a}: {m}")
+        if dims == 2:  # the dispatcher: taps up to the limit, matmuls above it
+            torch.testing.assert_close(avg_pool2d_backward(*args), ref, rtol=1e-5, atol=1e-6)
+        cases += 1
+    assert cases > 500
+    assert 9 * 9 > MAX_AVG_POOL_BACKWARD_TAPS  # so the 9x9 windows above took the matmuls
+
+
+def test_s3d_head_avg_pool_backward_is_compiled():
+    """S3D's head averages a 2x7x7 window (98 taps): its backward ran on the CPU in compile mode."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 3, 7, 7, requires_grad=True)
+    head = torch.nn.Linear(8 * 2, 5)
+    dev_head = copy.deepcopy(head).to(DEVICE)
+
+    def f(m, t):
+        return m(F.avg_pool3d(torch.relu(t) * 2, (2, 7, 7), 1).flatten(1))
+
+    xd = x.detach().to(DEVICE).requires_grad_()
+    got = torch.compile(f, backend="neuron")(dev_head, xd)
+    got.square().sum().backward()
+    ref = f(head, x)
+    ref.square().sum().backward()
+    (backward,) = [g for g in get_metrics()["graphs"].values() if g["kind"] == "backward"]
+    assert backward["eager_nodes"] == 0, {n: p for n, p in backward["placement"].items() if p == "eager"}
+    torch.testing.assert_close(got.detach().cpu(), ref.detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(xd.grad.cpu(), x.grad, rtol=1e-5, atol=1e-5)
+
+
 def test_as_strided_that_reshapes_becomes_a_view():
     from torchneuron.compiler.views import as_strided_as_view
 

@@ -45,6 +45,10 @@
   backward (S3D and the MViTs ran both on the CPU, 9 to 39 calls per sweep check): the pool is
   the same running maximum over its taps (:func:`max_pool_as_taps`, ``dims=3``) and the backward
   a ``scatter_add`` into the flat indices (:func:`max_pool3d_backward_as_scatter`).
+* **large average windows** — the taps of :func:`avg_pool2d_backward_as_taps` grow with the
+  window, and torch-mlir lowers no ``aten.avg_pool3d_backward`` (S3D's head averages 2x7x7 =
+  98 elements): :func:`avg_pool_backward_as_matmuls` contracts the divided output gradient with
+  one 0/1 window-membership matrix per pooled dimension, whatever the window's size.
 """
 
 from __future__ import annotations
@@ -279,6 +283,60 @@ def avg_pool2d_backward_as_taps(grad: torch.Tensor, x: torch.Tensor, kernel_size
     return _aten._to_copy.default(total, dtype=grad.dtype)
 
 
+def _fixed_windows(out: int, size: int, kernel: int, stride: int, pad: int, like: torch.Tensor,
+                   dtype: torch.dtype) -> torch.Tensor:
+    """``[out, size]``: 1 where input position ``h`` lies in window ``i`` (from ``i * stride - pad``,
+    ``kernel`` long), else 0; padding and the ceiling's partial windows simply cover no input."""
+    start = _aten.sub.Tensor(_aten.mul.Tensor(_aten.arange.default(out, dtype=torch.int64, device=like.device),
+                                              stride), pad)
+    h = _aten.unsqueeze.default(_aten.arange.default(size, dtype=torch.int64, device=like.device), 0)
+    offset = _aten.sub.Tensor(h, _aten.unsqueeze.default(start, 1))
+    inside = _aten.logical_and.default(_aten.ge.Scalar(offset, 0), _aten.lt.Scalar(offset, kernel))
+    return _aten._to_copy.default(inside, dtype=dtype)
+
+
+def avg_pool_backward_as_matmuls(grad: torch.Tensor, x: torch.Tensor, kernel_size, stride, padding,
+                                 ceil_mode: bool, count_include_pad: bool, divisor_override=None, *, dims: int = 3):
+    """``avg_pool3d_backward`` (``dims=2``: ``avg_pool2d_backward``) as one matmul per pooled
+    dimension: the output gradient, divided by each window's divisor (ATen's rule, as in
+    :func:`avg_pool2d_backward_as_taps`), times that dimension's window-membership matrix.
+    Unlike the taps it costs the same for any window size (S3D's head pools a 2x7x7 window)."""
+    if grad.dim() not in (dims + 1, dims + 2):
+        return NotImplemented
+    kernel = _spatial(kernel_size, dims)
+    strides = _spatial(stride, dims, kernel)
+    pads = _spatial(padding, dims)
+    sizes, outs = list(x.shape[-dims:]), list(grad.shape[-dims:])
+    work = grad.dtype if grad.dtype in (torch.float32, torch.float64) else torch.float32
+    g = _aten._to_copy.default(grad, dtype=work)
+    if divisor_override:
+        g = _aten.div.Tensor(g, divisor_override)
+    else:
+        divisor = None
+        for i in range(dims):
+            counts = _window_counts(outs[i], sizes[i], kernel[i], strides[i], pads[i], count_include_pad, grad)
+            counts = _aten.view.default(counts, [outs[i]] + [1] * (dims - 1 - i))
+            divisor = counts if divisor is None else _aten.mul.Tensor(divisor, counts)
+        g = _aten.div.Tensor(g, _aten._to_copy.default(divisor, dtype=work))
+    for i in range(dims):  # contract output positions of dimension i with its windows
+        axis = g.dim() - dims + i
+        order = [d for d in range(g.dim()) if d != axis] + [axis]
+        windows = _fixed_windows(outs[i], sizes[i], kernel[i], strides[i], pads[i], grad, work)
+        spread = _aten.matmul.default(_aten.permute.default(g, order), windows)
+        g = _aten.permute.default(spread, [order.index(d) for d in range(g.dim())])
+    return _aten._to_copy.default(g, dtype=grad.dtype)
+
+
+def avg_pool2d_backward(grad: torch.Tensor, x: torch.Tensor, kernel_size, stride, padding, ceil_mode: bool,
+                        count_include_pad: bool, divisor_override=None):
+    """``avg_pool2d_backward``: the taps for windows of up to ``MAX_AVG_POOL_BACKWARD_TAPS``
+    elements (cheaper on large feature maps), the membership matmuls for larger ones."""
+    args = (grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+    if prod(_spatial(kernel_size, 2)) > MAX_AVG_POOL_BACKWARD_TAPS:
+        return avg_pool_backward_as_matmuls(*args, dims=2)
+    return avg_pool2d_backward_as_taps(*args)
+
+
 def _adaptive_windows(out: int, size: int, like: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``[out, size]``: 1 where input position ``h`` lies in adaptive window ``i`` (ATen's
     windows: ``floor(i * size / out)`` to ``ceil((i + 1) * size / out)``), else 0."""
@@ -318,12 +376,14 @@ def pooling_decompositions() -> dict:
              _aten.max_pool3d_with_indices_backward.default: max_pool3d_backward_as_scatter,
              _aten.avg_pool2d.default: avg_pool_unit_window,
              _aten.avg_pool3d.default: functools.partial(avg_pool_unit_window, dims=3),
-             _aten.avg_pool2d_backward.default: avg_pool2d_backward_as_taps,
+             _aten.avg_pool2d_backward.default: avg_pool2d_backward,
+             _aten.avg_pool3d_backward.default: avg_pool_backward_as_matmuls,
              _aten._adaptive_avg_pool2d_backward.default: adaptive_avg_pool2d_backward_as_matmuls}
     table.update(get_decompositions([_aten.max_pool2d_with_indices_backward]))
     return table
 
 
-__all__ = ["adaptive_avg_pool2d_backward_as_matmuls", "avg_pool2d_backward_as_taps", "avg_pool_unit_window",
+__all__ = ["adaptive_avg_pool2d_backward_as_matmuls", "avg_pool2d_backward", "avg_pool2d_backward_as_taps",
+           "avg_pool_backward_as_matmuls", "avg_pool_unit_window",
            "max_pool2d_as_taps", "max_pool2d_ceil_mode", "max_pool3d_as_taps", "max_pool3d_backward_as_scatter",
            "max_pool_as_taps", "pooled_size", "pooling_decompositions"]
