@@ -139,3 +139,27 @@ def test_attention_backward_window_stays_fused():
     assert m["windows_fused"] >= 1 and m["windows_non_fusable"] == 0, m["failures"]
     for ge, ga in zip(grads["eager"], grads["adaptive"], strict=True):
         torch.testing.assert_close(ga, ge, rtol=1e-4, atol=1e-5)
+
+
+def test_permuted_as_strided_buffer_keeps_its_strides_in_a_window():
+    """Longformer's and LED's backward (``as_strided``'s autograd formula) write the gradient into
+    an ``as_strided`` view of a zero buffer in ``[T, B*H, D]`` order and reshape it, through two
+    transposes, into ``[T, B, H*D]``: a ``view`` only those strides allow. The compiler's gather
+    form of ``as_strided`` gave the view contiguous strides and the window failed to fuse."""
+    torch.manual_seed(0)
+    bh, t, d = 4, 6, 3
+    src, w = torch.randn(bh, t, d), torch.randn(2 * d, 5)
+
+    def f(src, w):
+        buf = src.new_zeros(bh * t * d)
+        v = buf.as_strided((bh, 1, t, d), (d, bh * t * d, bh * d, 1))
+        v.copy_(src.unsqueeze(1))
+        out = v.reshape(bh, t, d).reshape(2, 2, t, d).transpose(1, 2).transpose(0, 1).reshape(t, 2, 2 * d)
+        return out @ w
+
+    adaptive.reset_metrics()
+    with torchneuron.execution_mode("adaptive"):
+        got = f(src.to("neuron"), w.to("neuron")).cpu()
+    m = adaptive.get_metrics()
+    assert m["windows_fused"] >= 1 and m["windows_non_fusable"] == 0, m["failures"]
+    torch.testing.assert_close(got, f(src, w), rtol=1e-5, atol=1e-5)

@@ -340,8 +340,16 @@ def test_as_strided_that_reshapes_becomes_a_view():
         view = as_strided_as_view(x, size, stride)
         assert view._base is x  # a view, not a gather
         torch.testing.assert_close(view, torch.as_strided(x, size, stride), rtol=0, atol=0)
-    # a transpose, an offset, a part, overlapping windows: gathers of the positions they read
-    for size, stride, offset in (([6, 2], [1, 6], 0), ([2, 3], [6, 1], 0), ([2, 5], [6, 1], 1),
+    # a transpose, a permuted block at an offset: views with the strides eager gives them
+    for size, stride, offset in (([6, 2], [1, 6], 0), ([2, 1, 3], [1, 12, 2], 5), ([3, 2], [1, 3], 2)):
+        view = as_strided_as_view(x, size, stride, offset)
+        assert view._base is x
+        ref = torch.as_strided(x, size, stride, offset)
+        assert [s for s, n in zip(view.stride(), size, strict=True) if n != 1] == \
+            [s for s, n in zip(ref.stride(), size, strict=True) if n != 1]
+        torch.testing.assert_close(view, ref, rtol=0, atol=0)
+    # a part with gaps, gaps after an offset, overlapping windows: gathers of the positions they read
+    for size, stride, offset in (([2, 3], [6, 1], 0), ([2, 5], [6, 1], 1),
                                  ([3, 4], [2, 1], 0), ([3, 2], [0, 1], 5)):
         got = as_strided_as_view(x, size, stride, offset)
         assert got.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()

@@ -14,9 +14,10 @@ cold compile took 312 s.
 
 :func:`as_strided_as_view` decomposes such an ``as_strided`` (the input contiguous from the
 start of its storage, the output reading the same elements in the same order) into
-``aten.view``, and any other of a contiguous input into an ``index_select`` of the storage
-positions it reads, computed in the graph, not as constants; inputs laid out otherwise are left
-to the op.
+``aten.view``, one reading a contiguous run of the storage in a permuted order into a view and
+a ``permute`` (the strides eager gives it), and any other of a contiguous input into an
+``index_select`` of the storage positions it reads, computed in the graph, not as constants;
+inputs laid out otherwise are left to the op.
 """
 
 from __future__ import annotations
@@ -48,16 +49,41 @@ def _storage_positions(size, stride, offset: int, device) -> torch.Tensor:
     return _aten.reshape.default(positions, [-1])
 
 
+def _block_order(size, stride) -> list[int] | None:
+    """The dimensions from the largest stride to the smallest when ``(size, stride)`` reads a
+    contiguous run of ``numel`` storage positions (a row-major block in permuted order), else None."""
+    expected = 1
+    for n, st in sorted(((n, st) for n, st in zip(size, stride, strict=True) if n != 1), key=lambda p: p[1]):
+        if st != expected:
+            return None
+        expected *= n
+    return sorted(range(len(size)), key=lambda d: -stride[d] if size[d] != 1 else 0)
+
+
 def as_strided_as_view(x: torch.Tensor, size, stride, storage_offset=None):
-    """A reshape-only ``as_strided`` as ``aten.view``; any other of a tensor laid out in
-    row-major order from the start of its storage as an ``index_select`` of the positions it
-    reads (torch-mlir's own lowering of it fails in IREE, see above)."""
+    """A reshape-only ``as_strided`` as ``aten.view``, one that reads a contiguous run of the
+    storage in another dimension order as a view and a ``permute``, and any other of a tensor
+    laid out in row-major order from the start of its storage as an ``index_select`` of the
+    positions it reads (torch-mlir's own lowering of it fails in IREE, see above).
+
+    The permuted views keep the strides eager gives them: a recorded ``view`` further on may
+    depend on them (Longformer's backward views its ``as_strided`` buffer as
+    ``[8, 1, 512, 16]`` with strides ``[16, 65536, 128, 1]`` and reshapes it, through two
+    transposes, to ``[512, 2, 64]``, which only those strides allow)."""
     if x.storage_offset() != 0 or not x.is_contiguous() or x.dim() == 0:
         return NotImplemented
     size, stride = list(size), list(stride)
     offset = 0 if storage_offset is None else storage_offset
-    if offset == 0 and x.numel() == torch.Size(size).numel() and _same_order(size, stride):
+    numel = torch.Size(size).numel()
+    if offset == 0 and x.numel() == numel and _same_order(size, stride):
         return _aten.view.default(x, size)
+    order = _block_order(size, stride) if 0 < numel and offset + numel <= x.numel() else None
+    if order is not None:
+        block = _aten.view.default(x, [x.numel()])
+        if offset or numel != x.numel():
+            block = _aten.slice.Tensor(block, 0, offset, offset + numel)
+        block = _aten.view.default(block, [size[d] for d in order])
+        return _aten.permute.default(block, [order.index(d) for d in range(len(size))])
     flat = _aten.view.default(x, [x.numel()])
     read = _aten.index_select.default(flat, 0, _storage_positions(size, stride, offset, x.device))
     return _aten.view.default(read, size)
