@@ -1,4 +1,4 @@
-"""Linear upsampling's backward as matrix products (``compiler/upsampling.py``)."""
+"""Linear and bicubic upsampling's backward as matrix products (``compiler/upsampling.py``)."""
 
 from __future__ import annotations
 
@@ -62,6 +62,40 @@ def test_bilinear_backward_is_compiled_and_matches_cpu():
 
     def f(g):
         return _aten.upsample_bilinear2d_backward(g * 2, [14, 9], [2, 3, 7, 5], False, None, None) + 1
+
+    got = torch.compile(f, backend="neuron")(grad.to(DEVICE))
+    (graph,) = get_metrics()["graphs"].values()
+    assert graph["eager_nodes"] == 0, graph["placement"]
+    torch.testing.assert_close(got.cpu(), f(grad), rtol=1e-5, atol=1e-5)
+
+
+def test_bicubic_backward_decomposition_matches_aten():
+    """Four clamped taps per output with Keys' coefficients, per dimension; scales given or not,
+    both corner conventions, one dimension unchanged (computed, not copied: ATen copies only when
+    neither changes), and downsampling."""
+    op = _aten.upsample_bicubic2d_backward.default
+    torch.manual_seed(0)
+    cases = 0
+    for size, out, align, scales in itertools.chain(_cases(2), [([5, 7], [5, 12], False, [None, None]),
+                                                                 ([9, 6], [4, 6], True, [None, None])]):
+        for dtype in (torch.float32, torch.float64):
+            grad = torch.randn(2, 3, *out, dtype=dtype)
+            args = (grad, out, [2, 3, *size], align, *scales)
+            ref = op(*args)
+            got = _TABLE[op](*args)
+            assert got.dtype == dtype
+            torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5 * max(1.0, float(ref.abs().max())),
+                                       msg=lambda m, a=args[1:]: f"{a}: {m}")
+            cases += 1
+    assert cases > 100
+
+
+def test_bicubic_backward_is_compiled_and_matches_cpu():
+    torch.manual_seed(0)
+    grad = torch.randn(2, 3, 14, 9)
+
+    def f(g):
+        return _aten.upsample_bicubic2d_backward(g * 2, [14, 9], [2, 3, 7, 5], False, None, None) + 1
 
     got = torch.compile(f, backend="neuron")(grad.to(DEVICE))
     (graph,) = get_metrics()["graphs"].values()

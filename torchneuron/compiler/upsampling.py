@@ -11,6 +11,9 @@ index clamped to the input, an output as long as its input copied). Upsampling i
 computed in float32 (float64 for float64), as ATen accumulates. The matrices are built in the
 graph from ``arange``.
 
+``upsample_bicubic2d_backward`` (SAM-2's towers, 5 models of the adaptive sweep) is the same
+with ATen's four-tap cubic convolution matrix per dimension (:func:`cubic_interpolation_matrix`).
+
 The forward overloads ``upsample_{bilinear2d,trilinear3d,bicubic2d}.default`` (which
 ``F.interpolate`` reaches through its ``.vec`` forms, decomposed already) take PyTorch's own
 decompositions.
@@ -57,6 +60,66 @@ def interpolation_matrix(out: int, size: int, align_corners: bool, scale: float 
     return _aten.add.Tensor(weights(i0, lambda0), weights(i1, lambda1))
 
 
+_CUBIC_A = -0.75  # ATen's bicubic convolution constant
+
+
+def cubic_interpolation_matrix(out: int, size: int, align_corners: bool, scale: float | None,
+                               like: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``[out, size]``: the weight of input ``i`` in output ``o`` of bicubic interpolation along
+    one dimension, as ATen's CPU kernels compute it (``upsample_bicubic2d_backward_out_frame``):
+    the source index without clamping, four taps from ``floor(src) - 1`` with Keys' cubic
+    convolution coefficients (``A = -0.75``) of ``t = src - floor(src)``, each tap's position
+    clamped to the input (so the border taps add up on the edge element)."""
+    ratio = _scale(size, out, align_corners, scale)
+    o = _aten.arange.default(out, dtype=dtype, device=like.device)
+    src = _aten.mul.Tensor(o, ratio) if align_corners else \
+        _aten.sub.Tensor(_aten.mul.Tensor(_aten.add.Tensor(o, 0.5), ratio), 0.5)
+    floor = _aten.floor.default(src)
+    t = _aten.sub.Tensor(src, floor)
+    a = _CUBIC_A
+
+    def near(x):  # |x| <= 1
+        return _aten.add.Tensor(_aten.mul.Tensor(_aten.mul.Tensor(
+            _aten.sub.Tensor(_aten.mul.Tensor(x, a + 2), a + 3), x), x), 1.0)
+
+    def far(x):  # 1 < |x| < 2
+        inner = _aten.add.Tensor(_aten.mul.Tensor(_aten.sub.Tensor(_aten.mul.Tensor(x, a), 5 * a), x), 8 * a)
+        return _aten.sub.Tensor(_aten.mul.Tensor(inner, x), 4 * a)
+
+    rest = _aten.rsub.Scalar(t, 1.0)
+    coefficients = (far(_aten.add.Tensor(t, 1.0)), near(t), near(rest), far(_aten.add.Tensor(rest, 1.0)))
+    first = _aten.sub.Tensor(_aten._to_copy.default(floor, dtype=torch.int64), 1)
+    positions = _aten.unsqueeze.default(_aten.arange.default(size, dtype=torch.int64, device=like.device), 0)
+    total = None
+    for k, c in enumerate(coefficients):
+        index = _aten.clamp.default(_aten.add.Tensor(first, k), 0, size - 1)
+        hit = _aten._to_copy.default(_aten.eq.Tensor(_aten.unsqueeze.default(index, 1), positions), dtype=dtype)
+        term = _aten.mul.Tensor(hit, _aten.unsqueeze.default(c, 1))
+        total = term if total is None else _aten.add.Tensor(total, term)
+    return total
+
+
+def _identity(n: int, like: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    i = _aten.arange.default(n, dtype=torch.int64, device=like.device)
+    return _aten._to_copy.default(_aten.eq.Tensor(_aten.unsqueeze.default(i, 1), _aten.unsqueeze.default(i, 0)),
+                                  dtype=dtype)
+
+
+def upsample_bicubic2d_backward_as_matmuls(grad: torch.Tensor, output_size, input_size, align_corners: bool,
+                                           scales_h=None, scales_w=None):
+    """``upsample_bicubic2d_backward``: ``C_h.T @ grad @ C_w`` with the cubic interpolation
+    matrices (SAM-2's vision towers resample their position embeddings bicubically). ATen copies
+    the gradient when neither dimension changes size, whatever the scales."""
+    work = _work_dtype(grad.dtype)
+    sizes = list(input_size)[-2:]
+    if list(output_size) == sizes:
+        matrices = [_identity(n, grad, work) for n in sizes]
+    else:
+        matrices = [cubic_interpolation_matrix(out, size, align_corners, scale, grad, work)
+                    for out, size, scale in zip(output_size, sizes, (scales_h, scales_w), strict=True)]
+    return _spread(grad, matrices)
+
+
 def _work_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
@@ -96,7 +159,9 @@ def upsampling_decompositions() -> dict:
     table[_aten.upsample_linear1d_backward.default] = _backward_as_matmuls(1)
     table[_aten.upsample_bilinear2d_backward.default] = _backward_as_matmuls(2)
     table[_aten.upsample_trilinear3d_backward.default] = _backward_as_matmuls(3)
+    table[_aten.upsample_bicubic2d_backward.default] = upsample_bicubic2d_backward_as_matmuls
     return table
 
 
-__all__ = ["interpolation_matrix", "upsampling_decompositions"]
+__all__ = ["cubic_interpolation_matrix", "interpolation_matrix", "upsample_bicubic2d_backward_as_matmuls",
+           "upsampling_decompositions"]
