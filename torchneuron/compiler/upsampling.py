@@ -37,10 +37,7 @@ def interpolation_matrix(out: int, size: int, align_corners: bool, scale: float 
                          like: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``[out, size]``: the weight of input ``i`` in output ``o`` of linear interpolation."""
     if out == size:  # ATen copies (whatever the scale)
-        return _aten._to_copy.default(_aten.eq.Tensor(
-            _aten.unsqueeze.default(_aten.arange.default(out, dtype=torch.int64, device=like.device), 1),
-            _aten.unsqueeze.default(_aten.arange.default(size, dtype=torch.int64, device=like.device), 0)),
-            dtype=dtype)
+        return _identity(size, like, dtype)
     ratio = _scale(size, out, align_corners, scale)
     o = _aten.arange.default(out, dtype=dtype, device=like.device)
     if align_corners:
