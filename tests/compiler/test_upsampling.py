@@ -90,4 +90,3 @@ def test_bicubic_backward_decomposition_matches_aten():
                                        msg=lambda m, a=args[1:]: f"{a}: {m}")
             cases += 1
     assert cases > 100
-
