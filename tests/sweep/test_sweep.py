@@ -6,6 +6,7 @@ containment of hangs and crashes and the report/results helpers."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from torchneuron import cli
 from torchneuron.sweep import report, results
@@ -131,3 +132,52 @@ def test_runner_rules_random_eval_cpu_only_failures_and_nan_reference():
     assert "labels" in r["error"]
     r = check("_selftest", "nan", "eager")  # nothing to compare against
     assert (r["status"], r["cause"]) == ("skip", "cpu reference"), r
+
+
+def test_compare_outputs_is_relative_to_each_outputs_scale():
+    from torchneuron.sweep.runner import compare_outputs
+
+    g = torch.Generator().manual_seed(0)
+    tiny = torch.randn(4, 10, generator=g) * 1e-12  # a random-init CNN's vanished logits
+    big = torch.randn(3, generator=g) * 50
+    ok = compare_outputs([tiny * (1 + 1e-6), big + 1e-3], [tiny, big])
+    assert ok["mismatch"] is None and ok["rel_err"] < 1e-4
+    assert ok["ref_scale"] == pytest.approx(float(tiny.abs().max()))
+    wrong = compare_outputs([tiny * 1.5, big], [tiny, big])  # within any absolute tolerance, 50% off
+    assert wrong["mismatch"] and "max abs err" in wrong["mismatch"] and wrong["rel_err"] > 0.1
+    subnormal = torch.full((3,), 1.5e-40)  # compiled code may flush it to zero
+    assert compare_outputs([torch.zeros(3)], [subnormal])["mismatch"] is None
+    zero = torch.zeros(5)  # an all-zero reference: compared with atol itself
+    assert compare_outputs([zero + 1e-4], [zero])["mismatch"] is None
+    assert compare_outputs([zero + 1e-2], [zero])["mismatch"]
+    with pytest.raises(AssertionError, match="shape differs"):
+        compare_outputs([big[:2]], [big])
+    with pytest.raises(AssertionError, match="count differs"):
+        compare_outputs([big], [big, big])
+
+
+def test_compile_mode_compiles_what_the_recipe_compares():
+    """A recipe comparing a submodule (detection: backbone and heads) must compare compiled code:
+    reached through the compiled module's attributes it would run the original, eager module."""
+    from torchneuron import compiler
+    from torchneuron.sweep.runner import check
+
+    compiler.reset_metrics()
+    r = check("_selftest", "submodule", "compile")
+    assert r["status"] == "pass" and r["rel_err"] is not None, r
+    kinds = [g["kind"] for g in compiler.get_metrics()["graphs"].values()]
+    assert "inference" in kinds, kinds  # the compared function, compiled (the train step adds forward/backward)
+
+
+def test_report_numerics_of_passing_runs():
+    recs = [
+        {"suite": "t", "model": "a", "mode": "compile", "status": "pass", "rel_err": 1e-6, "ref_scale": 3e-12},
+        {"suite": "t", "model": "b", "mode": "compile", "status": "pass", "rel_err": 4e-5, "ref_scale": 2.0},
+        {"suite": "t", "model": "z", "mode": "compile", "status": "pass", "rel_err": 0.0, "ref_scale": 0.0},
+        {"suite": "t", "model": "old", "mode": "compile", "status": "pass", "max_abs_err": 0.0},
+        {"suite": "t", "model": "f", "mode": "compile", "status": "fail", "rel_err": 0.5, "ref_scale": 1.0},
+    ]
+    n = report.numerics(recs)["compile"]
+    assert (n["relative"], n["max"], n["absolute"], n["unrecorded"]) == (2, 4e-5, ["z"], 1)
+    assert "| compile | 2 | 4e-05 | 4e-05 | 1 (z) | 1 |" in report.render_markdown(recs)
+    assert "Numerics of the passing runs" in report.render_html(recs)

@@ -54,6 +54,50 @@ def summarize(recs: list[dict]) -> dict:
             "fallback_models": fallback_models, "causes": causes, "errors": errors, "skips": skips}
 
 
+# float32's smallest normal number: a reference below it is compared absolutely (runner.compare_outputs)
+_TINY = 1.1754943508222875e-38
+
+
+def numerics(recs: list[dict]) -> dict:
+    """Per mode, over the passing runs: how their outputs compared with the CPU's.
+
+    ``relative``: runs compared relative to each output's largest reference value (records with
+    ``rel_err``), with the median and largest ``rel_err``; ``absolute``: those whose reference was
+    all zeros or subnormal, which only an absolute tolerance can compare; ``unrecorded``: records
+    from before the relative comparison, or with no floating-point output."""
+    out: dict = {}
+    for mode in sorted({r["mode"] for r in recs}):
+        rel, absolute, unrecorded = [], [], 0
+        for r in recs:
+            if r["mode"] != mode or r["status"] != "pass":
+                continue
+            if r.get("rel_err") is None:
+                unrecorded += 1
+            elif r.get("ref_scale") is not None and r["ref_scale"] < _TINY:
+                absolute.append(r["model"])
+            else:
+                rel.append(r["rel_err"])
+        rel.sort()
+        out[mode] = {"relative": len(rel), "median": rel[len(rel) // 2] if rel else None,
+                     "max": rel[-1] if rel else None, "absolute": sorted(absolute), "unrecorded": unrecorded}
+    return out
+
+
+def _numerics_lines(recs: list[dict]) -> list[str]:
+    lines = ["", "## Numerics of the passing runs", "",
+             "Outputs are compared with the CPU's relative to each output's largest reference value "
+             "(`rel_err`; tolerance 1e-3). A reference that is all zeros or subnormal can only be compared "
+             "with an absolute tolerance; records without `rel_err` predate the relative comparison.", "",
+             "| mode | compared relatively | median rel_err | largest rel_err | compared absolutely | not recorded |",
+             "|---|---|---|---|---|---|"]
+    for mode, n in numerics(recs).items():
+        med = f"{n['median']:.2g}" if n["median"] is not None else ""
+        mx = f"{n['max']:.2g}" if n["max"] is not None else ""
+        absolute = f"{len(n['absolute'])} ({', '.join(n['absolute'][:8])})" if n["absolute"] else "0"
+        lines.append(f"| {mode} | {n['relative']} | {med} | {mx} | {absolute} | {n['unrecorded']} |")
+    return lines
+
+
 def _pct(p: int, t: int) -> str:
     return f"{100.0 * p / t:.1f}%" if t else "n/a"
 
@@ -75,6 +119,7 @@ def render_markdown(recs: list[dict], *, title: str = "Model sweep report", top:
            "|---|---|---|---|---|---|"]
     for (suite, mode), c in sorted(s["rows"].items()):
         out.append(f"| {suite} | {mode} | {_pct(c['pass'], c['pass'] + c['fail'])} | {c['pass']} | {c['fail']} | {c['skip']} |")
+    out += _numerics_lines(recs)
     out += ["", f"## Top fallback ops (of {len(s['fallback'])})", "",
             "| op | models | calls |", "|---|---|---|"]
     for op, n in s["fallback_models"].most_common(top):
@@ -115,6 +160,13 @@ def render_html(recs: list[dict], *, title: str = "Model sweep report", top: int
         parts.append(f"<tr><td>{e(suite)}</td><td>{e(mode)}</td><td>{c['pass']}</td><td>{t}</td><td>{c['skip']}</td>"
                      f"<td>{_pct(c['pass'], t)}</td><td><div style='display:flex;width:300px'><div class='bar' "
                      f"style='width:{w}px'></div><div class='barf' style='width:{300 - w if t else 0}px'></div></div></td></tr>")
+    parts.append("</table><h2>Numerics of the passing runs</h2><table><tr><th>mode</th><th>compared relatively</th>"
+                 "<th>median rel_err</th><th>largest rel_err</th><th>compared absolutely</th><th>not recorded</th></tr>")
+    for mode, n in numerics(recs).items():
+        med = f"{n['median']:.2g}" if n["median"] is not None else ""
+        mx = f"{n['max']:.2g}" if n["max"] is not None else ""
+        parts.append(f"<tr><td>{e(mode)}</td><td>{n['relative']}</td><td>{med}</td><td>{mx}</td>"
+                     f"<td>{e(', '.join(n['absolute']))}</td><td>{n['unrecorded']}</td></tr>")
     parts.append("</table><h2>Top fallback ops</h2><table><tr><th>op</th><th>models</th><th>calls</th><th></th></tr>")
     mx = max(s["fallback_models"].values(), default=1)
     for op, n in s["fallback_models"].most_common(top):
