@@ -60,3 +60,18 @@ def test_detection_case_targets_and_dense_comparison():
         m.train()
         losses = m(**case.train_inputs)
     assert set(losses) == {"classification", "bbox_regression", "bbox_ctrness"}
+
+
+def test_vit_head_is_not_zero_so_its_output_depends_on_the_model():
+    case = registry.build("torchvision", "vit_b_32")
+    with torch.no_grad():
+        out = case.model.eval()(**case.inputs)
+    assert out.abs().max() > 0.05
+
+
+def test_s3d_convolutions_get_he_initialisation():
+    case = registry.build("torchvision_video", "s3d")
+    convs = [m for m in case.model.modules() if isinstance(m, torch.nn.Conv3d)]
+    for m in convs:
+        fan_in = m.weight[0].numel()
+        assert float(m.weight.std()) == pytest.approx((2 / fan_in) ** 0.5, rel=0.25), m
