@@ -348,9 +348,12 @@ def test_as_strided_that_reshapes_becomes_a_view():
         assert [s for s, n in zip(view.stride(), size, strict=True) if n != 1] == \
             [s for s, n in zip(ref.stride(), size, strict=True) if n != 1]
         torch.testing.assert_close(view, ref, rtol=0, atol=0)
-    # a part with gaps, gaps after an offset, overlapping windows: gathers of the positions they read
-    for size, stride, offset in (([2, 3], [6, 1], 0), ([2, 5], [6, 1], 1),
-                                 ([3, 4], [2, 1], 0), ([3, 2], [0, 1], 5)):
+    # a box with gaps: a slice of the storage seen as a [2, 6] array
+    view = as_strided_as_view(x, [2, 3], [6, 1])
+    assert view._base is x
+    torch.testing.assert_close(view, torch.as_strided(x, [2, 3], [6, 1]), rtol=0, atol=0)
+    # overlapping windows: gathers of the positions they read
+    for size, stride, offset in (([3, 4], [2, 1], 0), ([3, 2], [0, 1], 5)):
         got = as_strided_as_view(x, size, stride, offset)
         assert got.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
         torch.testing.assert_close(got, torch.as_strided(x, size, stride, offset), rtol=0, atol=0)
@@ -681,6 +684,96 @@ def test_as_strided_scatter_decomposition_matches_aten_on_random_views():
         assert torch.equal(got, torch.as_strided_scatter(x, src, size, stride, offset)), (x.shape, size, stride, offset)
         decomposed += 1
     assert decomposed > 500 and left > 100
+
+
+def test_as_strided_scatter_into_a_permuted_block_is_a_copy():
+    """A scatter through a view that covers a contiguous run of the storage in permuted order
+    (Longformer's attention scores, ``[2, 512, 4, 513]`` written with strides
+    ``[1050624, 513, 262656, 1]``) is a ``permute`` copied into that run, with no index tensor:
+    the index form built 2.1M ``i64`` positions that IREE's i64 demotion rejected in the linked
+    program, and the window was compiled again in halves down to that node."""
+    import itertools
+    import random
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from torchneuron.compiler.views import as_strided_scatter_as_index_put
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.add(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    rng = random.Random(0)
+    torch.manual_seed(0)
+    cases = [((2, 4, 8, 9), (0, 2, 1, 3), 0, 0)]  # Longformer's layout, reduced
+    for _ in range(300):
+        shape = [rng.randint(1, 4) for _ in range(rng.randint(1, 4))]
+        cases.append((shape, rng.choice(list(itertools.permutations(range(len(shape))))), rng.randint(0, 3),
+                      rng.randint(0, 3)))
+    for shape, perm, offset, extra in cases:
+        numel = torch.Size(shape).numel()
+        strides = torch.empty(shape).stride()  # the block's row-major strides, read in permuted order
+        size, stride = [shape[d] for d in perm], [strides[d] for d in perm]
+        x = torch.randn(offset + numel + extra)
+        src = torch.randn(size)
+        with Ops() as ops:
+            got = as_strided_scatter_as_index_put(x, src, size, stride, offset)
+        assert "index_put" not in ops.seen, (shape, perm, offset, extra)
+        assert torch.equal(got, torch.as_strided_scatter(x, src, size, stride, offset)), (shape, perm, offset, extra)
+
+
+def test_as_strided_box_reads_and_writes_are_slices():
+    """A view reading a box of a row-major array laid over the storage (Longformer's chunked
+    attention: ``[2, 256, 4, 257]`` with strides ``[1050624, 513, 262656, 1]`` at offset 131584,
+    past the end of the storage's last full row) is read with slices and written with
+    ``slice_scatter``: the gather and scatter forms indexed 526336 positions, and IREE placed the
+    scatter's 2 MB temporary on the stack and rejected the program (10 split compilations of one
+    Longformer window). Checked against ATen on random views, strides included."""
+    import random
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from torchneuron.compiler.views import _box, as_strided_as_view, as_strided_scatter_as_index_put
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.add(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    rng = random.Random(1)
+    torch.manual_seed(0)
+    cases = [(8 * 2 * 256 * 513, [2, 256, 4, 257], [1050624, 513, 262656, 1], 131584)]
+    while len(cases) < 1500:
+        size = [rng.randint(1, 4) for _ in range(rng.randint(1, 4))]
+        stride = [rng.randint(1, 40) for _ in size]
+        offset = rng.randint(0, 10)
+        length = offset + sum((n - 1) * st for n, st in zip(size, stride, strict=True)) + rng.randint(1, 30)
+        cases.append((length, size, stride, offset))
+    boxes = 0
+    for length, size, stride, offset in cases:
+        x, src = torch.randn(length), torch.randn(size)
+        box = _box(size, stride) is not None
+        with Ops() as ops:
+            got = as_strided_as_view(x, size, stride, offset)
+            written = as_strided_scatter_as_index_put(x, src, size, stride, offset)
+        ref = torch.as_strided(x, size, stride, offset)
+        assert torch.equal(got, ref), (size, stride, offset)
+        if written is not NotImplemented:
+            assert torch.equal(written, torch.as_strided_scatter(x, src, size, stride, offset)), (size, stride, offset)
+        if box:
+            boxes += 1
+            assert not ops.seen & {"index_select", "index_put"}, (size, stride, ops.seen)
+            assert all(a == b for a, b, n in zip(got.stride(), ref.stride(), size, strict=True) if n != 1)
+    assert boxes > 300
 
 
 def test_mutation_through_an_as_strided_view_is_compiled():

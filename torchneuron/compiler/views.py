@@ -1,5 +1,5 @@
 """View ops torch-mlir does not lower (or lowers into code IREE rejects), as ops it handles:
-``as_strided`` as a reshape or a gather, ``as_strided_scatter`` as an ``index_put``, ``unfold``
+``as_strided`` as a reshape or a gather, ``as_strided_scatter`` as a copy or an ``index_put``, ``unfold``
 as a gather.
 
 PyTorch's ``_adaptive_avg_pool2d`` decomposition ends in an ``as_strided`` that gives the
@@ -15,12 +15,16 @@ cold compile took 312 s.
 :func:`as_strided_as_view` decomposes such an ``as_strided`` (the input contiguous from the
 start of its storage, the output reading the same elements in the same order) into
 ``aten.view``, one reading a contiguous run of the storage in a permuted order into a view and
-a ``permute`` (the strides eager gives it), and any other of a contiguous input into an
-``index_select`` of the storage positions it reads, computed in the graph, not as constants;
-inputs laid out otherwise are left to the op.
+a ``permute`` (the strides eager gives it), one reading a box of a row-major array laid over the
+storage (``_box``) into slices of that array and a ``permute``, and any other of a contiguous
+input into an ``index_select`` of the storage positions it reads, computed in the graph, not as
+constants; inputs laid out otherwise are left to the op. ``as_strided_scatter`` writes the same
+three forms with ``slice_scatter`` (copies) and the last with an ``index_put``.
 """
 
 from __future__ import annotations
+
+import itertools
 
 import torch
 
@@ -60,6 +64,76 @@ def _block_order(size, stride) -> list[int] | None:
     return sorted(range(len(size)), key=lambda d: -stride[d] if size[d] != 1 else 0)
 
 
+def _box(size, stride) -> tuple[list[int], list[int], list[int]] | None:
+    """How ``(size, stride)`` reads a box of a row-major array laid over the storage, else None.
+
+    With its non-unit dimensions sorted by decreasing stride ``s_0 > s_1 > …`` (sizes ``n_j``),
+    each stride a multiple of the next with room for that dimension (``s_j / s_{j+1} >= n_{j+1}``),
+    the view reads ``box[:, :n_1, :n_2, …]`` of the storage seen as an array of shape
+    ``[n_0, s_0/s_1, s_1/s_2, …]`` (and a last extent ``s_last`` cut to 1 when the smallest stride is
+    not 1): Longformer's attention reads and writes its ``[2, 256, 4, 257]`` chunk of scores
+    through strides ``[1050624, 513, 262656, 1]``. Returns the dimension order (largest stride first,
+    unit dimensions last), the array's shape and the extents kept of it."""
+    dims = sorted((d for d in range(len(size)) if size[d] != 1), key=lambda d: -stride[d])
+    if not dims or any(stride[d] <= 0 for d in dims):
+        return None
+    shape, keep = [size[dims[0]]], [size[dims[0]]]
+    for a, b in itertools.pairwise(dims):
+        if stride[a] % stride[b] or stride[a] // stride[b] < size[b]:
+            return None
+        shape.append(stride[a] // stride[b])
+        keep.append(size[b])
+    if stride[dims[-1]] != 1:
+        shape.append(stride[dims[-1]])
+        keep.append(1)
+    order = dims + [d for d in range(len(size)) if size[d] == 1]
+    return order, shape, keep
+
+
+def _box_storage(flat: torch.Tensor, offset: int, shape: list[int]):
+    """The run of ``flat`` from ``offset`` holding ``shape`` in row-major order (zero-padded past
+    the end: a box's last row may stop short of its array's), and the padding."""
+    length = torch.Size(shape).numel()
+    pad = max(0, offset + length - flat.numel())
+    if pad:
+        flat = _aten.constant_pad_nd.default(flat, [0, pad])
+    return _aten.slice.Tensor(flat, 0, offset, offset + length), pad
+
+
+def _box_read(x: torch.Tensor, size, offset: int, box) -> torch.Tensor:
+    order, shape, keep = box
+    run, _ = _box_storage(_aten.view.default(x, [x.numel()]), offset, shape)
+    out = _aten.view.default(run, shape)
+    for j, n in enumerate(keep):
+        if n != shape[j]:
+            out = _aten.slice.Tensor(out, j, 0, n)
+    if len(keep) > sum(1 for n in size if n != 1):  # the extent of a smallest stride above 1
+        out = _aten.select.int(out, len(keep) - 1, 0)
+    out = _aten.view.default(out, [size[d] for d in order])  # unit dimensions appended
+    return _aten.permute.default(out, [order.index(d) for d in range(len(size))])
+
+
+def _box_write(x: torch.Tensor, src: torch.Tensor, size, offset: int, box) -> torch.Tensor:
+    order, shape, keep = box
+    flat = _aten.view.default(x, [x.numel()])
+    run, pad = _box_storage(flat, offset, shape)
+    values = _aten.reshape.default(_aten.permute.default(_aten.expand.default(src, size), order), keep)
+
+    def put(b: torch.Tensor, j: int) -> torch.Tensor:  # b with b[:keep[0], …, :keep[-1]] = values
+        if j == len(keep):
+            return values
+        inner = put(_aten.slice.Tensor(b, j, 0, keep[j]), j + 1)
+        return inner if keep[j] == shape[j] else _aten.slice_scatter.default(b, inner, j, 0, keep[j])
+
+    written = _aten.reshape.default(put(_aten.view.default(run, shape), 0), [-1])
+    if pad:
+        flat = _aten.constant_pad_nd.default(flat, [0, pad])
+    out = _aten.slice_scatter.default(flat, written, 0, offset, offset + written.numel())
+    if pad:
+        out = _aten.slice.Tensor(out, 0, 0, x.numel())
+    return _aten.view.default(out, list(x.shape))
+
+
 def as_strided_as_view(x: torch.Tensor, size, stride, storage_offset=None):
     """A reshape-only ``as_strided`` as ``aten.view``, one that reads a contiguous run of the
     storage in another dimension order as a view and a ``permute``, and any other of a tensor
@@ -84,6 +158,9 @@ def as_strided_as_view(x: torch.Tensor, size, stride, storage_offset=None):
             block = _aten.slice.Tensor(block, 0, offset, offset + numel)
         block = _aten.view.default(block, [size[d] for d in order])
         return _aten.permute.default(block, [order.index(d) for d in range(len(size))])
+    box = _box(size, stride) if 0 < numel and offset < x.numel() else None
+    if box is not None:
+        return _box_read(x, size, offset, box)
     flat = _aten.view.default(x, [x.numel()])
     read = _aten.index_select.default(flat, 0, _storage_positions(size, stride, offset, x.device))
     return _aten.view.default(read, size)
@@ -127,7 +204,12 @@ def as_strided_scatter_as_index_put(x: torch.Tensor, src: torch.Tensor, size, st
 
     Functionalisation writes a mutation through an ``as_strided`` view this way (the sweep's
     compile mode ran it on the CPU in 29 models, adaptive mode in 83); torch-mlir does not lower
-    it. The positions are ``offset + sum_k i_k * stride_k``; a view whose positions may repeat
+    it. A view that covers a contiguous run of the storage in permuted order (``_block_order``:
+    Longformer's attention writes its ``[2, 512, 4, 513]`` scores through strides
+    ``[1050624, 513, 262656, 1]``) is a ``permute`` of ``src`` copied into that run
+    (``slice_scatter``); the index form built 2.1M ``i64`` positions there, which IREE 3.13's
+    i64 demotion could not legalise in the linked program, so the window was compiled again in
+    halves down to that node. Otherwise the positions are ``offset + sum_k i_k * stride_k``; a view whose positions may repeat
     (``_may_overlap``: a zero stride, or strides that interleave) is left to the op, as is
     an input whose elements are not laid out in row-major order from offset 0."""
     offset = 0 if storage_offset is None else storage_offset
@@ -137,6 +219,16 @@ def as_strided_scatter_as_index_put(x: torch.Tensor, src: torch.Tensor, size, st
     if _may_overlap(size, stride):
         return NotImplemented
     flat = _aten.view.default(x, [x.numel()])
+    numel = torch.Size(size).numel()
+    order = _block_order(size, stride) if 0 < numel and offset + numel <= x.numel() else None
+    if order is not None:  # a contiguous run of the storage, written in permuted order: a copy
+        values = _aten.permute.default(_aten.expand.default(src, size), order)
+        values = _aten.reshape.default(values, [-1])  # the run's elements in storage order
+        out = values if numel == x.numel() else _aten.slice_scatter.default(flat, values, 0, offset, offset + numel)
+        return _aten.view.default(out, list(x.shape))
+    box = _box(size, stride) if 0 < numel and offset < x.numel() else None
+    if box is not None:
+        return _box_write(x, src, size, offset, box)
     values = _aten.reshape.default(_aten.expand.default(src, size), [-1])
     out = _aten.index_put.default(flat, [_storage_positions(size, stride, offset, x.device)], values)
     return _aten.view.default(out, list(x.shape))
