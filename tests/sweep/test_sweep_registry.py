@@ -62,8 +62,9 @@ def test_detection_case_targets_and_dense_comparison():
     assert set(losses) == {"classification", "bbox_regression", "bbox_ctrness"}
 
 
-def test_vit_head_is_not_zero_so_its_output_depends_on_the_model():
-    case = registry.build("torchvision", "vit_b_32")
+@pytest.mark.parametrize("suite,name", [("torchvision", "vit_b_32"), ("timm", "sequencer2d_s")])
+def test_zero_initialised_head_gets_weights_so_the_output_depends_on_the_model(suite, name):
+    case = registry.build(suite, name)
     with torch.no_grad():
         out = case.model.eval()(**case.inputs)
     assert out.abs().max() > 0.05

@@ -92,9 +92,10 @@ def build_torchvision(name: str):
 def _reinit_zero_linears(model) -> None:
     """Give ``model``'s zero-initialised linear layers random weights (normal, std 0.02).
 
-    torchvision's ViTs initialise their classification head to zeros (fine-tuning starts from
-    it): the output is then all zeros whatever the layers before compute, so comparing it with
-    the CPU's could not fail."""
+    torchvision's ViTs and timm's gMLP, Hiera, SAM-2 Hiera and Sequencer initialise their
+    classification head to zeros (fine-tuning starts from it): the output is then all zeros
+    whatever the layers before compute, so comparing it with the CPU's could not fail. Only a
+    model with such a layer draws from the generator here, so other recipes are unchanged."""
     for m in model.modules():
         if isinstance(m, torch.nn.Linear) and not m.weight.any():
             torch.nn.init.normal_(m.weight, std=0.02)
@@ -341,6 +342,7 @@ def build_timm(name: str):
                 if not kwargs.pop("depth", None):
                     raise
                 model = timm.create_model(name, **kwargs).eval()
+            _reinit_zero_linears(model)  # gMLP, Hiera, SAM-2's Hiera and Sequencer zero their heads
             x = torch.randn(2, 3, *hw)
             with torch.no_grad():
                 model(x)

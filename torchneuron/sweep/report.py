@@ -62,8 +62,8 @@ def numerics(recs: list[dict]) -> dict:
     """Per mode, over the passing runs: how their outputs compared with the CPU's.
 
     ``relative``: runs compared relative to each output's largest reference value (records with
-    ``rel_err``), with the median and largest ``rel_err``; ``absolute``: those whose reference was
-    all zeros or subnormal, which only an absolute tolerance can compare; ``unrecorded``: records
+    ``rel_err``), with the median and largest ``rel_err``; ``absolute``: those whose whole reference
+    was zeros or subnormal (``ref_scale``), which only an absolute tolerance can compare; ``unrecorded``: records
     from before the relative comparison, or with no floating-point output."""
     out: dict = {}
     for mode in sorted({r["mode"] for r in recs}):

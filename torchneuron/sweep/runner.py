@@ -154,7 +154,8 @@ def compare_outputs(got: list, ref: list, *, rtol: float = 1e-3, atol: float = 1
     absolute tolerance would accept any result for them. A reference that is all zeros, or whose
     largest value is subnormal (below float32's smallest normal number, which compiled code may flush to
     zero), is compared with ``atol`` itself. Returns ``max_abs_err`` (largest absolute difference), ``rel_err``
-    (largest difference relative to its output's ``s``) and ``ref_scale`` (the smallest ``s``);
+    (largest difference relative to its output's ``s``) and ``ref_scale`` (the largest ``s``: below
+    float32's smallest normal number, nothing was compared relatively);
     raises ``AssertionError`` on a count or shape mismatch. ``mismatch`` is the message of the first
     output outside the tolerance, or None.
     """
@@ -174,7 +175,7 @@ def compare_outputs(got: list, ref: list, *, rtol: float = 1e-3, atol: float = 1
         if not (e == e):  # NaN
             e = float("inf")
         abs_err, rel_err = max(abs_err, e), max(rel_err, e / scale)
-        ref_scale = s if ref_scale is None else min(ref_scale, s)
+        ref_scale = s if ref_scale is None else max(ref_scale, s)
         if mismatch is None and not torch.allclose(g, r, rtol=rtol, atol=atol * scale, equal_nan=True):
             mismatch = f"outputs differ from CPU: max abs err {e:.3g} (scale {scale:.3g})"
     return {"max_abs_err": abs_err, "rel_err": rel_err, "ref_scale": ref_scale, "mismatch": mismatch}
