@@ -8,6 +8,7 @@ import itertools
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from torchneuron.compiler import get_metrics
 from torchneuron.compiler.pooling import max_pool2d_as_taps, max_pool2d_ceil_mode, pooled_size
@@ -686,27 +687,27 @@ def test_as_strided_scatter_decomposition_matches_aten_on_random_views():
     assert decomposed > 500 and left > 100
 
 
+class _OpsSeen(TorchDispatchMode):
+    """The names of the ATen ops run inside it (``seen``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.seen.add(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
 def test_as_strided_scatter_into_a_permuted_block_is_a_copy():
     """A scatter through a view that covers a contiguous run of the storage in permuted order
     (Longformer's attention scores, ``[2, 512, 4, 513]`` written with strides
     ``[1050624, 513, 262656, 1]``) is a ``permute`` copied into that run, with no index tensor:
     the index form built 2.1M ``i64`` positions that IREE's i64 demotion rejected in the linked
     program, and the window was compiled again in halves down to that node."""
-    import itertools
     import random
 
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     from torchneuron.compiler.views import as_strided_scatter_as_index_put
-
-    class Ops(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.seen = set()
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.seen.add(func.overloadpacket.__name__)
-            return func(*args, **(kwargs or {}))
 
     rng = random.Random(0)
     torch.manual_seed(0)
@@ -721,7 +722,7 @@ def test_as_strided_scatter_into_a_permuted_block_is_a_copy():
         size, stride = [shape[d] for d in perm], [strides[d] for d in perm]
         x = torch.randn(offset + numel + extra)
         src = torch.randn(size)
-        with Ops() as ops:
+        with _OpsSeen() as ops:
             got = as_strided_scatter_as_index_put(x, src, size, stride, offset)
         assert "index_put" not in ops.seen, (shape, perm, offset, extra)
         assert torch.equal(got, torch.as_strided_scatter(x, src, size, stride, offset)), (shape, perm, offset, extra)
@@ -736,18 +737,7 @@ def test_as_strided_box_reads_and_writes_are_slices():
     Longformer window). Checked against ATen on random views, strides included."""
     import random
 
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     from torchneuron.compiler.views import _box, as_strided_as_view, as_strided_scatter_as_index_put
-
-    class Ops(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.seen = set()
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.seen.add(func.overloadpacket.__name__)
-            return func(*args, **(kwargs or {}))
 
     rng = random.Random(1)
     torch.manual_seed(0)
@@ -762,7 +752,7 @@ def test_as_strided_box_reads_and_writes_are_slices():
     for length, size, stride, offset in cases:
         x, src = torch.randn(length), torch.randn(size)
         box = _box(size, stride) is not None
-        with Ops() as ops:
+        with _OpsSeen() as ops:
             got = as_strided_as_view(x, size, stride, offset)
             written = as_strided_scatter_as_index_put(x, src, size, stride, offset)
         ref = torch.as_strided(x, size, stride, offset)

@@ -83,6 +83,11 @@ def numerics(recs: list[dict]) -> dict:
     return out
 
 
+def _errors(n: dict) -> tuple[str, str]:
+    """A mode's median and largest ``rel_err``, formatted (empty when none was recorded)."""
+    return tuple(f"{n[k]:.2g}" if n[k] is not None else "" for k in ("median", "max"))
+
+
 def _numerics_lines(recs: list[dict]) -> list[str]:
     lines = ["", "## Numerics of the passing runs", "",
              "Outputs are compared with the CPU's relative to each output's largest reference value "
@@ -91,8 +96,7 @@ def _numerics_lines(recs: list[dict]) -> list[str]:
              "| mode | compared relatively | median rel_err | largest rel_err | compared absolutely | not recorded |",
              "|---|---|---|---|---|---|"]
     for mode, n in numerics(recs).items():
-        med = f"{n['median']:.2g}" if n["median"] is not None else ""
-        mx = f"{n['max']:.2g}" if n["max"] is not None else ""
+        med, mx = _errors(n)
         absolute = f"{len(n['absolute'])} ({', '.join(n['absolute'][:8])})" if n["absolute"] else "0"
         lines.append(f"| {mode} | {n['relative']} | {med} | {mx} | {absolute} | {n['unrecorded']} |")
     return lines
@@ -163,8 +167,7 @@ def render_html(recs: list[dict], *, title: str = "Model sweep report", top: int
     parts.append("</table><h2>Numerics of the passing runs</h2><table><tr><th>mode</th><th>compared relatively</th>"
                  "<th>median rel_err</th><th>largest rel_err</th><th>compared absolutely</th><th>not recorded</th></tr>")
     for mode, n in numerics(recs).items():
-        med = f"{n['median']:.2g}" if n["median"] is not None else ""
-        mx = f"{n['max']:.2g}" if n["max"] is not None else ""
+        med, mx = _errors(n)
         parts.append(f"<tr><td>{e(mode)}</td><td>{n['relative']}</td><td>{med}</td><td>{mx}</td>"
                      f"<td>{e(', '.join(n['absolute']))}</td><td>{n['unrecorded']}</td></tr>")
     parts.append("</table><h2>Top fallback ops</h2><table><tr><th>op</th><th>models</th><th>calls</th><th></th></tr>")
