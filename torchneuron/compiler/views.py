@@ -53,17 +53,6 @@ def _storage_positions(size, stride, offset: int, device) -> torch.Tensor:
     return _aten.reshape.default(positions, [-1])
 
 
-def _block_order(size, stride) -> list[int] | None:
-    """The dimensions from the largest stride to the smallest when ``(size, stride)`` reads a
-    contiguous run of ``numel`` storage positions (a row-major block in permuted order), else None."""
-    expected = 1
-    for n, st in sorted(((n, st) for n, st in zip(size, stride, strict=True) if n != 1), key=lambda p: p[1]):
-        if st != expected:
-            return None
-        expected *= n
-    return sorted(range(len(size)), key=lambda d: -stride[d] if size[d] != 1 else 0)
-
-
 def _box(size, stride) -> tuple[list[int], list[int], list[int]] | None:
     """How ``(size, stride)`` reads a box of a row-major array laid over the storage, else None.
 
@@ -75,8 +64,10 @@ def _box(size, stride) -> tuple[list[int], list[int], list[int]] | None:
     through strides ``[1050624, 513, 262656, 1]``. Returns the dimension order (largest stride first,
     unit dimensions last), the array's shape and the extents kept of it."""
     dims = sorted((d for d in range(len(size)) if size[d] != 1), key=lambda d: -stride[d])
-    if not dims or any(stride[d] <= 0 for d in dims):
+    if any(stride[d] <= 0 for d in dims):
         return None
+    if not dims:  # a single element
+        return list(range(len(size))), [], []
     shape, keep = [size[dims[0]]], [size[dims[0]]]
     for a, b in itertools.pairwise(dims):
         if stride[a] % stride[b] or stride[a] // stride[b] < size[b]:
@@ -126,6 +117,8 @@ def _box_write(x: torch.Tensor, src: torch.Tensor, size, offset: int, box) -> to
         return inner if keep[j] == shape[j] else _aten.slice_scatter.default(b, inner, j, 0, keep[j])
 
     written = _aten.reshape.default(put(_aten.view.default(run, shape), 0), [-1])
+    if offset == 0 and written.numel() == flat.numel():  # the box is the whole tensor
+        return _aten.view.default(written, list(x.shape))
     if pad:
         flat = _aten.constant_pad_nd.default(flat, [0, pad])
     out = _aten.slice_scatter.default(flat, written, 0, offset, offset + written.numel())
@@ -135,14 +128,15 @@ def _box_write(x: torch.Tensor, src: torch.Tensor, size, offset: int, box) -> to
 
 
 def as_strided_as_view(x: torch.Tensor, size, stride, storage_offset=None):
-    """A reshape-only ``as_strided`` as ``aten.view``, one that reads a contiguous run of the
-    storage in another dimension order as a view and a ``permute``, and any other of a tensor
-    laid out in row-major order from the start of its storage as an ``index_select`` of the
-    positions it reads (torch-mlir's own lowering of it fails in IREE, see above).
+    """A reshape-only ``as_strided`` as ``aten.view``, one that reads a box of the storage
+    (``_box``: a contiguous run in another dimension order among them) as slices, a view and a
+    ``permute``, and any other of a tensor laid out in row-major order from the start of its
+    storage as an ``index_select`` of the positions it reads (torch-mlir's own lowering of it
+    fails in IREE, see above).
 
-    The permuted views keep the strides eager gives them: a recorded ``view`` further on may
-    depend on them (Longformer's backward views its ``as_strided`` buffer as
-    ``[8, 1, 512, 16]`` with strides ``[16, 65536, 128, 1]`` and reshapes it, through two
+    A box that fits in the storage stays a view and keeps the strides eager gives it: a recorded
+    ``view`` further on may depend on them (Longformer's backward views its ``as_strided`` buffer
+    as ``[8, 1, 512, 16]`` with strides ``[16, 65536, 128, 1]`` and reshapes it, through two
     transposes, to ``[512, 2, 64]``, which only those strides allow)."""
     if x.storage_offset() != 0 or not x.is_contiguous() or x.dim() == 0:
         return NotImplemented
@@ -151,13 +145,6 @@ def as_strided_as_view(x: torch.Tensor, size, stride, storage_offset=None):
     numel = torch.Size(size).numel()
     if offset == 0 and x.numel() == numel and _same_order(size, stride):
         return _aten.view.default(x, size)
-    order = _block_order(size, stride) if 0 < numel and offset + numel <= x.numel() else None
-    if order is not None:
-        block = _aten.view.default(x, [x.numel()])
-        if offset or numel != x.numel():
-            block = _aten.slice.Tensor(block, 0, offset, offset + numel)
-        block = _aten.view.default(block, [size[d] for d in order])
-        return _aten.permute.default(block, [order.index(d) for d in range(len(size))])
     box = _box(size, stride) if 0 < numel and offset < x.numel() else None
     if box is not None:
         return _box_read(x, size, offset, box)
@@ -204,12 +191,13 @@ def as_strided_scatter_as_index_put(x: torch.Tensor, src: torch.Tensor, size, st
 
     Functionalisation writes a mutation through an ``as_strided`` view this way (the sweep's
     compile mode ran it on the CPU in 29 models, adaptive mode in 83); torch-mlir does not lower
-    it. A view that covers a contiguous run of the storage in permuted order (``_block_order``:
-    Longformer's attention writes its ``[2, 512, 4, 513]`` scores through strides
-    ``[1050624, 513, 262656, 1]``) is a ``permute`` of ``src`` copied into that run
-    (``slice_scatter``); the index form built 2.1M ``i64`` positions there, which IREE 3.13's
-    i64 demotion could not legalise in the linked program, so the window was compiled again in
-    halves down to that node. Otherwise the positions are ``offset + sum_k i_k * stride_k``; a view whose positions may repeat
+    it. A view that reads a box of the storage (``_box``) is a ``permute`` of ``src`` written into
+    that box with ``slice_scatter``, a plain copy when the box is a contiguous run in permuted
+    order (Longformer's attention writes its ``[2, 512, 4, 513]`` scores through strides
+    ``[1050624, 513, 262656, 1]``): the index form built 2.1M ``i64`` positions there, which
+    IREE 3.13's i64 demotion could not legalise in the linked program, so the window was compiled
+    again in halves down to that node. Otherwise the positions are
+    ``offset + sum_k i_k * stride_k``; a view whose positions may repeat
     (``_may_overlap``: a zero stride, or strides that interleave) is left to the op, as is
     an input whose elements are not laid out in row-major order from offset 0."""
     offset = 0 if storage_offset is None else storage_offset
@@ -218,17 +206,11 @@ def as_strided_scatter_as_index_put(x: torch.Tensor, src: torch.Tensor, size, st
     size, stride = list(size), list(stride)
     if _may_overlap(size, stride):
         return NotImplemented
-    flat = _aten.view.default(x, [x.numel()])
     numel = torch.Size(size).numel()
-    order = _block_order(size, stride) if 0 < numel and offset + numel <= x.numel() else None
-    if order is not None:  # a contiguous run of the storage, written in permuted order: a copy
-        values = _aten.permute.default(_aten.expand.default(src, size), order)
-        values = _aten.reshape.default(values, [-1])  # the run's elements in storage order
-        out = values if numel == x.numel() else _aten.slice_scatter.default(flat, values, 0, offset, offset + numel)
-        return _aten.view.default(out, list(x.shape))
     box = _box(size, stride) if 0 < numel and offset < x.numel() else None
     if box is not None:
         return _box_write(x, src, size, offset, box)
+    flat = _aten.view.default(x, [x.numel()])
     values = _aten.reshape.default(_aten.expand.default(src, size), [-1])
     out = _aten.index_put.default(flat, [_storage_positions(size, stride, offset, x.device)], values)
     return _aten.view.default(out, list(x.shape))
