@@ -70,6 +70,17 @@ def test_zero_initialised_head_gets_weights_so_the_output_depends_on_the_model(s
     assert out.abs().max() > 0.05
 
 
+@pytest.mark.parametrize("name", ["mobilevit", "mobilevitv2"])
+def test_randomly_drawn_batch_norms_are_reset_so_the_output_does_not_vanish(name):
+    pytest.importorskip("transformers")
+    case = registry.build("transformers", name)
+    norms = [m for m in case.model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    assert norms and all(bool((m.weight == 1).all()) and not m.bias.any() for m in norms)
+    with torch.no_grad():
+        out = case.model.eval()(**case.inputs)
+    assert out.last_hidden_state.abs().max() > 1e-6  # ~1.5e-40 and 0.0 with the drawn scales
+
+
 def test_s3d_convolutions_get_he_initialisation():
     case = registry.build("torchvision_video", "s3d")
     convs = [m for m in case.model.modules() if isinstance(m, torch.nn.Conv3d)]
