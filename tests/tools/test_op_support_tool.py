@@ -167,3 +167,19 @@ def test_merge_without_the_full_records_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         T.main(["--merge", "--ops", "stft", "--json", str(tmp_path / "t.json"), "--md", str(tmp_path / "t.md")])
     assert "--records" in capsys.readouterr().err
+
+
+def test_samples_without_elements_do_not_count(monkeypatch):
+    """OpInfo's first 40 ``unfold`` samples have a batch of 0, which torch-mlir does not lower:
+    they judge nothing (and are passed over), and ``im2col`` is judged on the samples with
+    elements, whose decomposition (indexing a padded input) lowers."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    (empty,) = _nodes(lambda x: F.unfold(x, 2), torch.randn(0, 1, 5, 5), target=torch.ops.aten.im2col.default)
+    assert T._node_supported(empty) is None
+    monkeypatch.setattr(T, "DTYPES", (torch.float32,))
+    unfold = next(o for o in op_db if o.name == "nn.functional.unfold")
+    records = T._probe_entry(unfold, samples=1)
+    im2col = [ok for q, d, ok, _ in records if q == "aten::im2col" and d == "float32"]
+    assert im2col and all(im2col)
+    assert T.aggregate_records(records)["aten::im2col"]["device_dtypes"] == ["float32"]

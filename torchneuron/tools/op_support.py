@@ -106,6 +106,10 @@ def _node_supported(node: fx.Node) -> bool | None:
         # a property of this sample (a ``dim`` on a 0-d tensor), never handed to torch-mlir
         # by the compiler either: it says nothing about the overload and dtypes (None)
         return None
+    if _touches_empty_tensor(node):
+        # a sample with no elements (OpInfo lists ``unfold`` on a batch of 0 first): whether
+        # torch-mlir lowers a computation over nothing says nothing about the op either
+        return None
     key = repr(_key(node))
     if key in _key_lowers:
         return True
@@ -116,6 +120,14 @@ def _node_supported(node: fx.Node) -> bool | None:
     if hit:
         _key_lowers.add(key)
     return hit
+
+
+def _touches_empty_tensor(node: fx.Node) -> bool:
+    """One of the node's tensor inputs or results has no elements."""
+    from torchneuron.compiler.lowering import _tensor_vals
+
+    vals = [a.meta.get("val") for a in node.all_input_nodes] + [node.meta.get("val")]
+    return any(t.numel() == 0 for v in vals for t in _tensor_vals(v))
 
 
 def _remember(sig: str, key: str, compute) -> bool:
@@ -245,8 +257,13 @@ def _trace(fn, args) -> fx.GraphModule | None:
 
 def _sample_graphs(opinfo, dtype):
     """Per OpInfo sample (in OpInfo's order), the graphs it traces to: forward, and forward
-    plus backward in float32 for differentiable ops."""
+    plus backward in float32 for differentiable ops. Samples with an input tensor without
+    elements are passed over (``unfold`` lists 40 with a batch of 0 first): they say nothing
+    about the op, and would use up the samples looked at."""
     for s in opinfo.sample_inputs("cpu", dtype, requires_grad=False):
+        tensors = [a for a in (s.input, *s.args, *s.kwargs.values()) if isinstance(a, torch.Tensor)]
+        if any(t.numel() == 0 for t in tensors):
+            continue
         yield list(_graphs_of(opinfo, dtype, s))
 
 
@@ -364,8 +381,9 @@ def _probe_entry(opinfo, samples: int) -> list[list]:
 
     ``samples`` counts the samples that were judged: a sample with a node the compiler never
     hands to torch-mlir (``crashes_lowering``: reductions over a dim of a 0-d tensor, which
-    OpInfo lists first) is recorded as unjudged (``None``) for that node and does not use up
-    the quota, so ``amax`` is judged on real reductions; at most ``SAMPLES_LOOKED_AT`` times
+    OpInfo lists first), or a node over a tensor without elements (``unfold``'s first samples
+    have a batch of 0), is recorded as unjudged (``None``) for that node and does not use up
+    the quota, so ``amax`` is judged on real reductions and ``im2col`` on real images; at most ``SAMPLES_LOOKED_AT`` times
     ``samples`` (at least ``samples + UNJUDGED_ALLOWANCE``) samples are looked at. The samples
     looked at depend only on the OpInfo database, never on timing.
     """
