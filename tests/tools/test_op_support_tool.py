@@ -183,3 +183,16 @@ def test_samples_without_elements_do_not_count(monkeypatch):
     im2col = [ok for q, d, ok, _ in records if q == "aten::im2col" and d == "float32"]
     assert im2col and all(im2col)
     assert T.aggregate_records(records)["aten::im2col"]["device_dtypes"] == ["float32"]
+
+
+def test_empty_results_and_data_dependent_sizes_still_judge():
+    """Only inputs without elements make a sample unjudged: batch norm in eval mode (whose saved
+    statistics are empty) and ``masked_select`` (whose size is data-dependent) are judged."""
+    x, m = torch.randn(2, 3, 4), torch.randn(3)
+    (bn,) = _nodes(lambda x, rm, rv: torch.ops.aten._native_batch_norm_legit_no_training(x, None, None, rm, rv, 0.1, 1e-5),
+                   x, m, m.abs(), target=torch.ops.aten._native_batch_norm_legit_no_training.default)
+    assert not T._touches_empty_tensor(bn)
+    assert T._node_supported(bn) is True
+    (sel,) = _nodes(lambda x: torch.masked_select(x, x > 0), x, target=torch.ops.aten.masked_select.default)
+    assert not T._touches_empty_tensor(sel)
+    assert T._node_supported(sel) is not None

@@ -123,11 +123,16 @@ def _node_supported(node: fx.Node) -> bool | None:
 
 
 def _touches_empty_tensor(node: fx.Node) -> bool:
-    """One of the node's tensor inputs or results has no elements."""
+    """One of the node's tensor inputs has no elements.
+
+    Inputs only: results without elements are often auxiliary (batch norm in eval mode returns
+    empty saved statistics, ``_batch_norm_with_update`` an empty reserve) and say nothing about
+    the sample. Sizes only when they are known: a data-dependent size (``nonzero``,
+    ``masked_select``) is an unbacked symbol, not an empty tensor."""
     from torchneuron.compiler.lowering import _tensor_vals
 
-    vals = [a.meta.get("val") for a in node.all_input_nodes] + [node.meta.get("val")]
-    return any(t.numel() == 0 for v in vals for t in _tensor_vals(v))
+    vals = [a.meta.get("val") for a in node.all_input_nodes]
+    return any(isinstance(n := t.numel(), int) and n == 0 for v in vals for t in _tensor_vals(v))
 
 
 def _remember(sig: str, key: str, compute) -> bool:
