@@ -64,6 +64,8 @@ def decompositions(convolution_backward: bool = True) -> dict:
     from .foreach import foreach_decompositions
     from .grid_sampling import grid_sampling_decompositions
     from .histogram import histogram_decompositions
+    from .integer_inputs import integer_input_decompositions
+    from .modulo import modulo_decompositions
     from .padding import padding_decompositions
     from .pooling import pooling_decompositions
     from .triangular_solve import triangular_solve_decompositions
@@ -83,6 +85,8 @@ def decompositions(convolution_backward: bool = True) -> dict:
     table.update(grid_sampling_decompositions())
     table.update(triangular_solve_decompositions())
     table.update(attention_decompositions())
+    table.update(integer_input_decompositions())
+    table.update(modulo_decompositions())
     return table
 
 
