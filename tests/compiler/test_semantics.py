@@ -207,3 +207,18 @@ def test_a_float_argument_that_changes_is_specialised_per_value():
     for n, s in ((5, 0.5), (7, 0.25), (9, 0.125), (9, 0.5), (7, 0.25)):
         x = torch.linspace(0, 1, n)
         torch.testing.assert_close(c(x.to(DEVICE), s).cpu(), f(x, s))
+
+
+def test_an_invalid_op_in_a_traced_function_gives_pytorchs_own_error():
+    """FakeTensor runs ops whose meta check raises on zero-filled real tensors from
+    ``zeros_like(fake)``, which must not need the fake tensor's (absent) device memory: the
+    user sees PyTorch's message, as on the CPU, not an internal error."""
+    x = torch.tensor([True, False])
+    with pytest.raises(NotImplementedError, match="Negation, the `-` operator, on a bool tensor"):
+        torch.compile(lambda t: -(t * True), backend="eager")(x)
+    with pytest.raises(NotImplementedError, match="Negation, the `-` operator, on a bool tensor"):
+        torch.compile(lambda t: -(t * True), backend="neuron")(x.to(DEVICE))
+    y = torch.arange(4.0)
+    torch.testing.assert_close(torch.zeros_like(y.to(DEVICE)).cpu(), torch.zeros(4))
+    torch.testing.assert_close(torch.full_like(y.to(DEVICE), 2.5, dtype=torch.bfloat16).cpu(),
+                               torch.full((4,), 2.5, dtype=torch.bfloat16))

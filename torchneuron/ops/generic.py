@@ -27,6 +27,7 @@ from ..runtime.storage import (
     empty_device,
     forget_alias,
     fresh_host,
+    has_device_memory,
     host,
     repoint,
     view_of,
@@ -290,7 +291,23 @@ def functional_kernel(op: torch._ops.OpOverload):
         return out
 
     kernel.__name__ = f"neuron_{op.__name__}"
-    return kernel
+    return _geometry_only(kernel) if qualified in GEOMETRY_ONLY else kernel
+
+
+# factories that read only their input's geometry. FakeTensor's fallback for an op whose meta
+# check raises builds real inputs with ``zeros_like(fake_tensor)`` (``run_fallback_kernel``):
+# such a fake input has no device memory, and needs none
+GEOMETRY_ONLY = frozenset({"aten::empty_like", "aten::zeros_like", "aten::ones_like", "aten::full_like"})
+
+
+def _geometry_only(kernel):
+    def geometry_only_kernel(self, *args, **kwargs):
+        if isinstance(self, _Tensor) and self.device.type == _NEURON and not has_device_memory(self):
+            self = torch.empty_strided(self.shape, self.stride(), dtype=self.dtype, device=self.device)
+        return kernel(self, *args, **kwargs)
+
+    geometry_only_kernel.__name__ = kernel.__name__
+    return geometry_only_kernel
 
 
 def inplace_kernel(op: torch._ops.OpOverload):
