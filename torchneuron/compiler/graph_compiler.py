@@ -22,6 +22,7 @@ import torch.fx as fx
 from ..runtime import activity, state
 from . import metrics, settings
 from .cache import CACHE, cache_key
+from .complex_pairs import complex_as_pairs
 from .constant_folding import fold_uniform_constants
 from .dump import GraphDump
 from .errors import NeuronCompilationError
@@ -307,6 +308,7 @@ def compile_graph(gm: fx.GraphModule, kind: str, options: CompileOptions):
     try:
         t0 = time.perf_counter()
         work = _copy(gm)
+        complex_as_pairs(work)
         fill_default_strides(work)
         wrap_negative_indices(work)
         clamp_slice_ends(work)

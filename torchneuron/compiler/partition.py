@@ -62,9 +62,20 @@ def touches_empty_tensor(node: fx.Node) -> bool:
     return any(empty(v) for v in vals)
 
 
+def touches_complex(node: fx.Node) -> bool:
+    """A node with a complex tensor among its inputs or results. torch-mlir lowers copies, views,
+    concatenations and ``abs`` of complex tensors, but a program's complex buffers do not reach
+    IREE as complex (every element of such results came out wrong): the chip has no complex
+    arithmetic, and what ``complex_pairs.py`` does not rewrite into float pairs stays eager."""
+    vals = [a.meta.get("val") for a in node.all_input_nodes]
+    out = node.meta.get("val")
+    vals.extend(out if isinstance(out, (list, tuple)) else [out])
+    return any(isinstance(v, torch.Tensor) and v.is_complex() for v in vals)
+
+
 class LoweringSupport(OperatorSupportBase):
     """Supported = lowers to StableHLO on its own, is not a random op, does not depend on the
-    order of ties, touches no empty tensor and is not left to a library kernel (``library``, a
+    order of ties, touches no empty tensor or complex tensor and is not left to a library kernel (``library``, a
     predicate of ``library.library_kernels``)."""
 
     def __init__(self, library: Callable[[fx.Node], bool] | None = None):
@@ -74,7 +85,7 @@ class LoweringSupport(OperatorSupportBase):
         """A node whose support is decided by whether it lowers."""
         return node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
             and not is_random(node) and not depends_on_tie_order(node) and not touches_empty_tensor(node) \
-            and not self.library(node)
+            and not touches_complex(node) and not self.library(node)
 
     def is_node_supported(self, submodules, node: fx.Node) -> bool:
         if node.op == "call_function" and node.target is operator.getitem:

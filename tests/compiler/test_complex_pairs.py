@@ -1,0 +1,70 @@
+"""complex64 arithmetic compiled as float32 pairs (``compiler/complex_pairs.py``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from torchneuron.compiler import get_metrics, reset_metrics
+
+DEVICE = "neuron"
+# complex products are a few real products and a sum each: float32 rounding, as the CPU's
+TOL = {"rtol": 1e-5, "atol": 1e-5}
+
+
+def _eager_nodes() -> dict:
+    return {n: w for g in get_metrics()["graphs"].values() for n, w in g["placement"].items()
+            if not w.startswith("fused_")}
+
+
+def _rope(xq, freqs):
+    """Llama 4's and DeepSeek-V2's rotary embedding, written with complex numbers."""
+    freqs_cis = torch.polar(torch.ones_like(freqs), freqs)
+    xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
+    return torch.view_as_real(xq_ * freqs_cis[:, :, None, :]).flatten(3).type_as(xq) * 2
+
+
+def test_complex_rotary_embedding_trains_compiled():
+    """Forward and backward: only the views in and out of complex stay outside the programs
+    (the complex factor saved for the backward), nothing runs on the CPU."""
+    torch.manual_seed(0)
+    xq, freqs = torch.randn(2, 8, 4, 16, requires_grad=True), torch.randn(2, 8, 8)
+    xd = xq.detach().to(DEVICE).requires_grad_()
+    reset_metrics()
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+        got = torch.compile(_rope, backend="neuron")(xd, freqs.to(DEVICE))
+    (got * torch.arange(16.0, device=DEVICE)).sum().backward()
+    expected = _rope(xq, freqs)
+    (expected * torch.arange(16.0)).sum().backward()
+    torch.testing.assert_close(got.detach().cpu(), expected.detach(), **TOL)
+    torch.testing.assert_close(xd.grad.cpu(), xq.grad, **TOL)
+    assert set(_eager_nodes().values()) == {"eager"}
+    assert {n.rsplit("_default", 1)[0] for n in _eager_nodes()} <= {"view_as_complex", "view_as_real"}, _eager_nodes()
+
+
+def _mixed(z, x, r):
+    """Complex inputs and outputs, a real factor, conjugates, sums, views and a concatenation."""
+    w = torch.view_as_complex(x)                       # [4, 6]
+    a = (z * w.conj() + w * 0.5 - z).transpose(0, 1)   # [6, 4]
+    b = torch.cat([a, a[:, :2] * r[:, None]], dim=1)   # [6, 6]
+    c = torch.complex(r, -r).unsqueeze(-1) * b
+    return torch.view_as_real(c).sum(-1) + 1, c[1:, ::2], c.abs()
+
+
+@pytest.mark.parametrize("rewritten", [True, False])
+def test_complex_inputs_outputs_and_ops_left_alone_match_cpu(rewritten, monkeypatch):
+    """A complex graph input, a complex output and an op the rewrite does not know (``abs`` of a
+    complex tensor) meet the pairs through views; results equal the CPU's either way."""
+    if not rewritten:
+        import torchneuron.compiler.graph_compiler as gc
+        monkeypatch.setattr(gc, "complex_as_pairs", lambda gm: 0)
+    torch.manual_seed(1)
+    z = torch.randn(4, 6, dtype=torch.complex64)
+    x, r = torch.randn(4, 6, 2), torch.randn(6)
+    reset_metrics()
+    got = torch.compile(_mixed, backend="neuron")(z.to(DEVICE), x.to(DEVICE), r.to(DEVICE))
+    for g, e in zip(got, _mixed(z, x, r), strict=True):
+        assert g.dtype == e.dtype
+        torch.testing.assert_close(g.cpu(), e, **TOL)
+    arithmetic = {n for n in _eager_nodes() if n.split("_")[0] in ("mul", "add", "sub", "cat", "complex")}
+    assert (not arithmetic) == rewritten, _eager_nodes()
