@@ -68,3 +68,53 @@ def test_complex_inputs_outputs_and_ops_left_alone_match_cpu(rewritten, monkeypa
         torch.testing.assert_close(g.cpu(), e, **TOL)
     arithmetic = {n for n in _eager_nodes() if n.split("_")[0] in ("mul", "add", "sub", "cat", "complex")}
     assert (not arithmetic) == rewritten, _eager_nodes()
+
+
+_ON_HOST = {
+    "conjugate product": lambda z, x, r: torch.view_as_real(z * torch.view_as_complex(x).conj()) + 0,
+    "scaled difference": lambda z, x, r: torch.view_as_real(torch.view_as_complex(x) * 0.5 - z) + 0,
+    "transposed": lambda z, x, r: torch.view_as_real((z - z * z).transpose(0, 1)) + 0,
+    "concatenated": lambda z, x, r: torch.view_as_real(torch.cat([z * z, (z * z)[:, :2] * r[:4, None]], 1)) + 0,
+    "built from parts": lambda z, x, r: torch.view_as_real(torch.complex(r, -r).unsqueeze(-1) * z.transpose(0, 1)),
+    "views": lambda z, x, r: torch.view_as_real((-z).reshape(2, 12).permute(1, 0)[3:, 1] * z.reshape(-1)[:9]),
+    "mixed": _mixed,
+}
+
+
+@pytest.mark.parametrize("name", sorted(_ON_HOST))
+def test_rewritten_graph_computes_what_the_complex_one_does(name):
+    """The pass alone, on CPU graphs traced with fake tensors: same values as the complex code."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torchneuron.compiler.complex_pairs import complex_as_pairs
+
+    torch.manual_seed(2)
+    args = torch.randn(4, 6, dtype=torch.complex64), torch.randn(4, 6, 2), torch.randn(6)
+    fn = _ON_HOST[name]
+    gm = make_fx(fn, tracing_mode="fake")(*args)
+    assert complex_as_pairs(gm) > 0
+    arithmetic = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in (
+        torch.ops.aten.mul.Tensor, torch.ops.aten.add.Tensor, torch.ops.aten.sub.Tensor)]
+    assert arithmetic and not any(n.meta["val"].is_complex() for n in arithmetic)
+    got, expected = gm(*args), fn(*args)
+    for g, e in zip(*(v if isinstance(v, tuple) else (v,) for v in (got, expected)), strict=True):
+        torch.testing.assert_close(g, e, **TOL)
+
+
+def test_a_rule_that_fails_leaves_its_node_as_it_was(monkeypatch):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    import torchneuron.compiler.complex_pairs as cp
+
+    def broken(r, node):
+        r.emit(torch.ops.aten.neg.default, r.pair(node.args[0]))  # some work, then a failure
+        raise RuntimeError("view size is not compatible with input tensor's size and stride")
+
+    monkeypatch.setitem(cp.RULES, torch.ops.aten.view.default, broken)
+    fn = _ON_HOST["views"]
+    args = torch.randn(4, 6, dtype=torch.complex64), torch.randn(4, 6, 2), torch.randn(6)
+    gm = make_fx(fn, tracing_mode="fake")(*args)
+    cp.complex_as_pairs(gm)
+    views = [n for n in gm.graph.nodes if n.target is torch.ops.aten.view.default]
+    assert views and all(n.meta["val"].is_complex() for n in views)
+    torch.testing.assert_close(gm(*args), fn(*args), **TOL)

@@ -42,6 +42,7 @@ class _Rewrite:
         self.graph = gm.graph
         self.pairs: dict[fx.Node, fx.Node] = {}
         self.at: fx.Node | None = None  # the node being rewritten: new nodes go before it
+        self.emitted: list[fx.Node] = []  # what the rewrite of ``at`` added so far
 
     def emit(self, target, *args, **kwargs) -> fx.Node:
         vals = fx.node.map_arg((args, kwargs), lambda n: n.meta["val"])
@@ -50,6 +51,7 @@ class _Rewrite:
             node = self.graph.call_function(target, args, kwargs)
         node.meta.update({k: v for k, v in self.at.meta.items() if k in _KEPT_META})
         node.meta["val"] = val
+        self.emitted.append(node)
         return node
 
     def pair(self, z: fx.Node) -> fx.Node:
@@ -249,8 +251,14 @@ def complex_as_pairs(gm: fx.GraphModule) -> int:
         if any(_val(a) is not None and _val(a).dtype.is_complex and not _is_complex(a) for a in node.all_input_nodes):
             continue
         r.at = node
-        result = rule(r, node)
+        r.emitted = []
+        try:
+            result = rule(r, node)
+        except Exception:  # noqa: BLE001 - e.g. a view the pair's strides do not allow: left as it is
+            result = None
         if result is None:
+            for dead in reversed(r.emitted):
+                graph.erase_node(dead)
             continue
         if _is_complex(node):
             r.pairs[node] = result
