@@ -78,7 +78,15 @@ _ON_HOST = {
     "built from parts": lambda z, x, r: torch.view_as_real(torch.complex(r, -r).unsqueeze(-1) * z.transpose(0, 1)),
     "views": lambda z, x, r: torch.view_as_real((-z).reshape(2, 12).permute(1, 0)[3:, 1] * z.reshape(-1)[:9]),
     "mixed": _mixed,
+    "zeros and scatters": lambda z, x, r: (
+        torch.view_as_real(torch.zeros_like(z).slice_scatter(z[:, 1:4] * z[:, :3], 1, 2, 5)) + 0,
+        torch.view_as_real(x.new_zeros(3, 4, dtype=torch.complex64).copy_(z[1:, :4] * 2)) + 0),
+    "scalar product, empty": lambda z, x, r: torch.view_as_real(
+        torch.ops.aten.mul.Scalar(z, 3.0) + torch.empty_like(z).copy_(z)) + 0,
 }
+# every complex value of these is computed as pairs: complex tensors left are the inputs alone
+_ALL_PAIRS = {"conjugate product", "scaled difference", "transposed", "concatenated", "views", "zeros and scatters",
+               "scalar product, empty"}
 
 
 @pytest.mark.parametrize("name", sorted(_ON_HOST))
@@ -91,11 +99,14 @@ def test_rewritten_graph_computes_what_the_complex_one_does(name):
     torch.manual_seed(2)
     args = torch.randn(4, 6, dtype=torch.complex64), torch.randn(4, 6, 2), torch.randn(6)
     fn = _ON_HOST[name]
-    gm = make_fx(fn, tracing_mode="fake")(*args)
+    gm = make_fx(torch.func.functionalize(fn), tracing_mode="fake")(*args)  # as AOTAutograd's graphs
     assert complex_as_pairs(gm) > 0
     arithmetic = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in (
         torch.ops.aten.mul.Tensor, torch.ops.aten.add.Tensor, torch.ops.aten.sub.Tensor)]
     assert arithmetic and not any(n.meta["val"].is_complex() for n in arithmetic)
+    if name in _ALL_PAIRS:
+        left = [n for n in gm.graph.nodes if n.op == "call_function" and n.meta["val"].is_complex()]
+        assert not left, left
     got, expected = gm(*args), fn(*args)
     for g, e in zip(*(v if isinstance(v, tuple) else (v,) for v in (got, expected)), strict=True):
         torch.testing.assert_close(g, e, **TOL)
@@ -118,3 +129,38 @@ def test_a_rule_that_fails_leaves_its_node_as_it_was(monkeypatch):
     views = [n for n in gm.graph.nodes if n.target is torch.ops.aten.view.default]
     assert views and all(n.meta["val"].is_complex() for n in views)
     torch.testing.assert_close(gm(*args), fn(*args), **TOL)
+
+
+def test_a_conjugate_view_from_outside_gets_its_pair_without_resolving_it():
+    """``view_as_real`` refuses a conjugate view; its pair is its base's, imaginary part negated."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torchneuron.compiler.complex_pairs import complex_as_pairs
+
+    def fn(z, w):
+        return torch.view_as_real(z * w) + 0
+
+    z, w = torch.randn(3, 5, dtype=torch.complex64), torch.randn(3, 5, dtype=torch.complex64)
+    gm = make_fx(fn, tracing_mode="fake")(z.conj(), w)
+    assert complex_as_pairs(gm) > 0
+    torch.testing.assert_close(gm(z.conj(), w), fn(z.conj(), w), **TOL)
+
+
+def test_a_conjugate_view_kept_as_complex_stays_a_conjugate_view():
+    """A rewritten ``_conj`` still needed as complex (a graph output, saved for the backward) is
+    rebuilt as a conjugate view, as its traced value is: ``view_as_real(_conj(out))`` works."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torchneuron.compiler.complex_pairs import complex_as_pairs
+
+    def fn(z, w):
+        c = (z * w).conj()
+        return c, torch.view_as_real(c * w) + 0
+
+    z, w = torch.randn(3, 5, dtype=torch.complex64), torch.randn(3, 5, dtype=torch.complex64)
+    gm = make_fx(fn, tracing_mode="fake")(z, w)
+    assert complex_as_pairs(gm) > 0
+    (c, pairs), (c_ref, pairs_ref) = gm(z, w), fn(z, w)
+    assert c.is_conj() == c_ref.is_conj()
+    torch.testing.assert_close(torch.view_as_real(torch.conj(c)), torch.view_as_real(torch.conj(c_ref)), **TOL)
+    torch.testing.assert_close(pairs, pairs_ref, **TOL)

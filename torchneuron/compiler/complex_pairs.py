@@ -61,11 +61,23 @@ class _Rewrite:
             where = z
             if z.op == "placeholder":  # after the last placeholder: inputs stay first
                 where = [n for n in self.graph.nodes if n.op == "placeholder"][-1]
-            with self.graph.inserting_after(where):
-                p = self.graph.call_function(_aten.view_as_real.default, (z,))
-            p.meta["val"] = _aten.view_as_real.default(z.meta["val"])
+            if z.meta["val"].is_conj():  # a conjugate view: the pair of what it conjugates, imaginary negated
+                base = self._after(where, _aten._conj.default, z)
+                plain = self._after(base, _aten.view_as_real.default, base)
+                re = self._after(plain, _aten.select.int, plain, -1, 0)
+                im = self._after(re, _aten.select.int, plain, -1, 1)
+                negated = self._after(im, _aten.neg.default, im)
+                p = self._after(negated, _aten.stack.default, [re, negated], -1)
+            else:
+                p = self._after(where, _aten.view_as_real.default, z)
             self.pairs[z] = p
         return p
+
+    def _after(self, where: fx.Node, target, *args) -> fx.Node:
+        with self.graph.inserting_after(where):
+            node = self.graph.call_function(target, args)
+        node.meta["val"] = target(*fx.node.map_arg(args, lambda n: n.meta["val"]))
+        return node
 
     def parts(self, z: fx.Node) -> tuple[fx.Node, fx.Node]:
         p = self.pair(z)
@@ -199,12 +211,60 @@ def _cat(r: _Rewrite, node: fx.Node):
     return r.emit(_aten.cat.default, [r.pair(z) for z in zs], _dim(zs[0], d))
 
 
+def _zeros_like(r: _Rewrite, node: fx.Node):
+    """``full_like`` with 0 (``zeros_like``): zeros of the pair's shape; other values would fill
+    the imaginary part too."""
+    z, value = (node.args[0], 0) if node.target is _aten.zeros_like.default else node.args[:2]
+    if value != 0:
+        return None
+    kwargs = {k: v for k, v in node.kwargs.items() if k in ("memory_format", "pin_memory")}
+    return r.emit(_aten.full_like.default, r.pair(z), 0, dtype=_PAIR_DTYPE[z.meta["val"].dtype], **kwargs)
+
+
+def _empty_like(r: _Rewrite, node: fx.Node):
+    z = node.args[0]
+    kwargs = {k: v for k, v in node.kwargs.items() if k in ("memory_format", "pin_memory")}
+    return r.emit(_aten.empty_like.default, r.pair(z), dtype=_PAIR_DTYPE[z.meta["val"].dtype], **kwargs)
+
+
+def _new_zeros(r: _Rewrite, node: fx.Node):
+    template, size = node.args[:2]
+    if _is_complex(template):
+        template = r.pair(template)
+    device = node.kwargs.get("device", node.meta["val"].device)
+    return r.emit(_aten.new_zeros.default, template, [*size, 2], dtype=_PAIR_DTYPE[node.meta["val"].dtype],
+                  device=device)
+
+
+def _slice_scatter(r: _Rewrite, node: fx.Node):
+    z, src, *rest = node.args
+    if not _is_complex(src):
+        return None
+    given = {**dict(zip(("dim", "start", "end", "step"), rest, strict=False)), **node.kwargs}
+    return r.emit(_aten.slice_scatter.default, r.pair(z), r.pair(src), _dim(z, given.get("dim", 0)),
+                  given.get("start"), given.get("end"), given.get("step", 1))
+
+
+def _copy(r: _Rewrite, node: fx.Node):
+    z, src = node.args[:2]
+    if not (_is_complex(z) and _is_complex(src)):
+        return None
+    return r.emit(_aten.copy.default, r.pair(z), r.pair(src))
+
+
 RULES: dict[object, _Rule] = {
+    _aten.full_like.default: _zeros_like,
+    _aten.zeros_like.default: _zeros_like,
+    _aten.empty_like.default: _empty_like,
+    _aten.new_zeros.default: _new_zeros,
+    _aten.slice_scatter.default: _slice_scatter,
+    _aten.copy.default: _copy,
     _aten.view_as_complex.default: _view_as_complex,
     _aten.view_as_real.default: _view_as_real,
     _aten.polar.default: _polar,
     _aten.complex.default: _complex,
     _aten.mul.Tensor: _mul,
+    _aten.mul.Scalar: _mul,
     _aten.add.Tensor: _add_sub(_aten.add.Tensor),
     _aten.sub.Tensor: _add_sub(_aten.sub.Tensor),
     _aten._conj.default: _conj,
@@ -226,7 +286,7 @@ RULES: dict[object, _Rule] = {
 }
 
 # the rewrite pays off only where there is complex arithmetic to compile
-_ARITHMETIC = {_aten.polar.default, _aten.complex.default, _aten.mul.Tensor, _aten.add.Tensor, _aten.sub.Tensor,
+_ARITHMETIC = {_aten.polar.default, _aten.complex.default, _aten.mul.Tensor, _aten.mul.Scalar, _aten.add.Tensor, _aten.sub.Tensor,
                _aten._conj.default, _aten.conj_physical.default, _aten.neg.default}
 
 
@@ -272,10 +332,18 @@ def complex_as_pairs(gm: fx.GraphModule) -> int:
         if not outside or not _is_complex(node):
             continue
         pair = r.pairs[node]
-        with graph.inserting_after(pair):
-            whole = graph.call_function(_aten.view_as_complex.default, (pair,))
+        if node.meta["val"].is_conj():
+            # a conjugate view stays one (a later view_as_real of it, or of the _conj of it in the
+            # backward graph, depends on the flag): the conjugate of the view of its base's pair
+            re = r._after(pair, _aten.select.int, pair, -1, 0)
+            im = r._after(re, _aten.select.int, pair, -1, 1)
+            negated = r._after(im, _aten.neg.default, im)
+            base = r._after(negated, _aten.stack.default, [re, negated], -1)
+            as_complex = r._after(base, _aten.view_as_complex.default, base)
+            whole = r._after(as_complex, _aten._conj.default, as_complex)
+        else:
+            whole = r._after(pair, _aten.view_as_complex.default, pair)
         whole.meta.update({k: v for k, v in node.meta.items() if k in _KEPT_META})
-        whole.meta["val"] = _aten.view_as_complex.default(pair.meta["val"])
         node.replace_all_uses_with(whole, delete_user_cb=lambda u: u not in done)
     for node in reversed(rewritten):
         if not node.users:
