@@ -83,10 +83,12 @@ _ON_HOST = {
         torch.view_as_real(x.new_zeros(3, 4, dtype=torch.complex64).copy_(z[1:, :4] * 2)) + 0),
     "scalar product, empty": lambda z, x, r: torch.view_as_real(
         torch.ops.aten.mul.Scalar(z, 3.0) + torch.empty_like(z).copy_(z)) + 0,
+    "complex like a real tensor": lambda z, x, r: torch.view_as_real(
+        torch.empty_like(r, dtype=torch.complex64).copy_(z[0]) * 2 + torch.zeros_like(r, dtype=torch.complex64)) + 0,
 }
 # every complex value of these is computed as pairs: complex tensors left are the inputs alone
 _ALL_PAIRS = {"conjugate product", "scaled difference", "transposed", "concatenated", "views", "zeros and scatters",
-               "scalar product, empty"}
+               "scalar product, empty", "complex like a real tensor"}
 
 
 @pytest.mark.parametrize("name", sorted(_ON_HOST))

@@ -217,14 +217,24 @@ def _zeros_like(r: _Rewrite, node: fx.Node):
     z, value = (node.args[0], 0) if node.target is _aten.zeros_like.default else node.args[:2]
     if value != 0:
         return None
-    kwargs = {k: v for k, v in node.kwargs.items() if k in ("memory_format", "pin_memory")}
-    return r.emit(_aten.full_like.default, r.pair(z), 0, dtype=_PAIR_DTYPE[z.meta["val"].dtype], **kwargs)
+    return r.emit(_aten.full_like.default, _template(r, z), 0, **_like_kwargs(node))
 
 
 def _empty_like(r: _Rewrite, node: fx.Node):
-    z = node.args[0]
-    kwargs = {k: v for k, v in node.kwargs.items() if k in ("memory_format", "pin_memory")}
-    return r.emit(_aten.empty_like.default, r.pair(z), dtype=_PAIR_DTYPE[z.meta["val"].dtype], **kwargs)
+    return r.emit(_aten.empty_like.default, _template(r, node.args[0]), **_like_kwargs(node))
+
+
+def _template(r: _Rewrite, z: fx.Node) -> fx.Node:
+    """What a ``*_like`` of ``z`` with a complex result takes the geometry from: a real ``z``
+    itself, viewed with the pair dimension; a complex one's pair."""
+    if _is_complex(z):
+        return r.pair(z)
+    return r.emit(_aten.expand.default, r.emit(_aten.unsqueeze.default, z, -1), [*z.meta["val"].shape, 2])
+
+
+def _like_kwargs(node: fx.Node) -> dict:
+    kept = {k: v for k, v in node.kwargs.items() if k in ("pin_memory",)}
+    return {**kept, "dtype": _PAIR_DTYPE[node.meta["val"].dtype], "memory_format": torch.contiguous_format}
 
 
 def _new_zeros(r: _Rewrite, node: fx.Node):
