@@ -54,6 +54,25 @@ def test_fft_of_float_runs_via_fallback_and_is_tracked():
     assert t["host_to_device_bytes"] >= f.nbytes and t["device_to_host_bytes"] >= d.nbytes
 
 
+def test_allocating_complex_memory_is_no_fallback():
+    """``x.to(torch.complex64)`` allocates with ``empty_like`` and converts with ``copy_``: only
+    the conversion is host work."""
+    d = torch.randn(4, 3).to(DEV)
+    torchneuron.clear_op_tracking()
+    w = _quiet()
+    try:
+        e = torch.empty_like(d, dtype=torch.complex64)
+        n = d.new_empty((2, 5), dtype=torch.complex64)
+        z = d.to(torch.complex64)
+    finally:
+        w.__exit__(None, None, None)
+    assert e.dtype == n.dtype == torch.complex64 and e.device.type == n.device.type == "neuron"
+    assert torch.equal(z.cpu(), d.cpu().to(torch.complex64))
+    fallback = torchneuron.get_fallback_ops()
+    assert not {"aten::empty_like", "aten::new_empty", "aten::empty.memory_format", "aten::empty_strided"} & set(
+        fallback), fallback
+
+
 def test_conjugate_views_keep_their_meaning():
     x = torch.randn(3, 4, dtype=torch.complex64)
     c = x.to(DEV).conj()

@@ -374,16 +374,23 @@ def call_host(op, f: OpFacts, hargs, hkwargs, index: int = 0):
     return op(*hargs, **hkwargs)
 
 
+# allocations compute nothing: device memory holds complex and uint16/32/64 tensors
+_ALLOCATIONS = frozenset({"aten::empty.memory_format", "aten::empty_strided", "aten::empty_like",
+                          "aten::new_empty", "aten::new_empty_strided"})
+
+
 def _host_computed_results(f: OpFacts, args, kwargs, out) -> None:
     """Results of a dtype the chip cannot compute (complex, uint16/32/64) from inputs it holds
-    natively: account the op as a CPU fallback; refuse dtypes device memory cannot hold."""
+    natively: account the op as a CPU fallback (not an allocation: ``empty_like(x,
+    dtype=torch.complex64)``, as ``x.to(torch.complex64)`` starts); refuse dtypes device memory
+    cannot hold."""
     outs = out if type(out) in (list, tuple) else (out,)
     host_computed = False
     for o in outs:
         if isinstance(o, _Tensor) and o.dtype not in dtype_policy.SUPPORTED:
             dtype_policy.check_supported(o.dtype)
             host_computed = True
-    if host_computed:
+    if host_computed and f.qualified not in _ALLOCATIONS:
         from .fallback import account_host_results
 
         account_host_results(f, args, kwargs, out)
