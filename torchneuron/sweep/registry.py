@@ -682,9 +682,31 @@ def _candidate_inputs(model, cfg) -> list[dict]:
         pv = other["pixel_values"]
         cands.append({"pixel_values": torch.randn(batch, pv.shape[1], 64, 64)})
         cands.append({"pixel_values": torch.randn(batch, pv.shape[1], 64, 256)})
+    # later additions: tried only after every recipe above, so that no model that ran with one of
+    # those changes its inputs
+    if grid_key is not None:
+        cands += _grid_layouts(sig, vc, grid_key)
     if not cands:
         raise ValueError(f"no input recipe for main_input_name={main!r}")
     return cands
+
+
+def _grid_layouts(sig, vc, grid_key: str) -> list[dict]:
+    """Further packed-patch layouts of Qwen2-VL-style vision towers: patches without a temporal
+    dimension ``(n, c * p * p)``, unflattened patches ``(n, c, p, p)``, and patches grouped by
+    merged token ``(n / m^2, m * p, m * p, c)`` with the grid counted in merged tokens."""
+    p = int(_find(vc, "patch_size") or 14)
+    t = int(_find(vc, "temporal_patch_size") or 2)
+    c = int(_find(vc, "in_channels", "in_chans", "num_channels") or 3)
+    m = int(_find(vc, "spatial_merge_size", "merge_size") or 2)
+    first = next(iter(sig))
+    grid = torch.tensor([[1, 2 * m, 2 * m]])
+    n = int(grid.prod())
+    extra: dict = {"merge_sizes": torch.tensor([m])} if "merge_sizes" in sig else {}
+    layouts = [(torch.randn(n, c * p * p), grid), (torch.randn(n, c, p, p), grid),
+               (torch.randn(n, c, t, p, p), grid),
+               (torch.randn(n // (m * m), m * p, m * p, c), torch.tensor([[1, 2, 2]]))]
+    return [{first: x, grid_key: g, **extra} for x, g in layouts]
 
 
 def _pick_inputs(model, cfg) -> dict:
