@@ -488,18 +488,37 @@ def _reduce_config(cfg, depth: int = 0, table: dict | None = None) -> None:
             pass
 
 
+# widths and depths that ``_REDUCE`` leaves large, for the last pass only: latent arrays (Perceiver),
+# convolutional codec filters (VibeVoice), repeated blocks
+_LATE_REDUCE = {"d_latents": 64, "num_latents": 16, "num_self_attends_per_block": 2, "num_filters": 8,
+                "num_blocks": 1}
+
+
 def _late_config(cfg, depth: int = 0) -> None:
     """Reductions applied only to architectures that run with no other configuration (so that no
     model that ran before changes): image sizes given as (height, width), kept in proportion and a
-    multiple of the patch size, the longer side at most 64."""
+    multiple of the patch size, the longer side at most 64; per-stage heads that divide the
+    reduced stage widths; ``_LATE_REDUCE`` and one block per stage."""
     from transformers import PretrainedConfig
 
+    for key, val in _LATE_REDUCE.items():
+        cur = _get(cfg, key)
+        if isinstance(cur, int) and not isinstance(cur, bool) and cur > val:
+            _set(cfg, key, val)
+    depths = _get(cfg, "depths")
+    if isinstance(depths, (list, tuple)) and all(isinstance(d, int) for d in depths):
+        _set(cfg, "depths", type(depths)(1 for _ in depths))
     size, patch = _get(cfg, "image_size"), _get(cfg, "patch_size")
     if isinstance(size, (list, tuple)) and len(size) == 2 and all(isinstance(v, int) for v in size) \
             and max(size) > 64:
         p = patch if isinstance(patch, int) else 8
         scale = 64 / max(size)
         _set(cfg, "image_size", type(size)(max(p, int(v * scale) // p * p) for v in size))
+    # hierarchical ViTs (Swin backbones): stage i is embed_dim * 2^i wide, a multiple of its heads
+    width, heads = _get(cfg, "embed_dim"), _get(cfg, "num_heads")
+    if isinstance(width, int) and isinstance(heads, (list, tuple)) and all(isinstance(h, int) for h in heads):
+        fixed = [max(d for d in range(1, h + 1) if (width << i) % d == 0) for i, h in enumerate(heads)]
+        _set(cfg, "num_heads", type(heads)(fixed))
     if depth < 3:
         for key in list(vars(cfg)):
             sub = _get(cfg, key)
@@ -719,7 +738,9 @@ def _candidate_inputs(model, cfg) -> list[dict]:
     # those changes its inputs
     if grid_key is not None:
         cands += _grid_layouts(sig, vc, grid_key)
-    late = _late_candidates(sig, cfg, batch, text, other, alt)
+    # (not for models the reduction left large: ``build_transformers`` reduces those further first)
+    small = sum(p.numel() for p in model.parameters()) <= MAX_PARAMS
+    late = _late_candidates(sig, cfg, batch, text, other, alt) + _tensor_inputs(model, sig, cfg, batch) if small else []
     required_pool = {**pool, **_named_inputs(sig, cfg, batch, {**pool, **(alt[-1] if alt else {})})}
     cands += [{**{k: required_pool[k] for k in required if k in required_pool and k not in c}, **c} for c in late]
     if required and all(k in required_pool for k in required):
@@ -728,6 +749,63 @@ def _candidate_inputs(model, cfg) -> list[dict]:
     if not cands:
         raise ValueError(f"no input recipe for main_input_name={main!r}")
     return cands
+
+
+def _first_leaf(model) -> torch.nn.Module | None:
+    """The first registered convolution, linear layer or embedding (usually the input stem)."""
+    for m in model.modules():
+        if isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Linear, torch.nn.Embedding)):
+            return m
+    return None
+
+
+def _tensor_inputs(model, sig, cfg, batch: int) -> list[dict]:
+    """Required inputs that are already embedded (``inputs_embeds``, ``*_embeds``, ``inputs``,
+    ``*hidden_states``) or whose name says nothing (a bare ``hidden_states`` into a stem): shaped
+    after the configured widths, or after the first layer of the model; masks of ones."""
+    required = [k for k, prm in sig.items() if prm.default is inspect.Parameter.empty
+                and prm.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+    known = ("input_ids", "pixel_values", "input_values", "input_features", "past_values")
+    if not required or any(k in known for k in required):
+        return []
+    hidden = _find(cfg, "hidden_size", "d_model", "dim", "embed_dim")
+    hidden = int(hidden) if isinstance(hidden, int) else 64
+    seq = 16
+    block = _get(cfg, "block_size")
+    layers = _get(cfg, "target_layer_ids")  # MuseGlimmer: context = the target's layers concatenated
+    variants: list[dict] = [{}]
+    for k in required:
+        if k.endswith("_mask"):
+            continue
+        if k == required[0] and k == "hidden_states":  # a stem: its first layer says the layout
+            leaf, hop = _first_leaf(model), _hop_length(cfg)
+            if isinstance(leaf, torch.nn.Conv1d):  # a waveform (mono/stereo) of two frames, or 8 latent frames
+                n = (2 * hop if hop else 3840) if leaf.in_channels <= 2 else 8
+                v = [torch.randn(batch, leaf.in_channels, n)]
+            elif isinstance(leaf, torch.nn.Conv2d):
+                v = [torch.randn(batch, leaf.in_channels, 32, 32)]
+            else:
+                v = [torch.randn(batch, seq, hidden)]
+        elif k == "context_hidden_states" and isinstance(layers, (list, tuple)):
+            v = [torch.randn(batch, seq, hidden * len(layers))]
+        elif k == "encoder_hidden_states":
+            v = [torch.randn(batch, seq, int(_find(cfg, "encoder_hidden_size") or hidden))]
+        elif k in ("inputs", "inputs_embeds") or k.endswith(("_embeds", "hidden_states")):
+            n = int(block) if isinstance(block, int) and k == "noise_embeds" else seq
+            v = [torch.randn(batch, n, hidden)]
+        else:
+            return []
+        variants = [{**d, k: x} for d in variants for x in v]
+    out = []
+    for d in variants:
+        first = next(iter(d.values()))
+        masks = {k: torch.ones(batch, first.shape[1], dtype=torch.long) for k in sig
+                 if k.endswith("_mask") and k not in d and sig[k].default is inspect.Parameter.empty}
+        out.append({**d, **masks})
+        if "encoder_hidden_states" in sig and "encoder_hidden_states" not in d:  # a Q-Former over an encoder
+            enc = torch.randn(batch, seq, int(_find(cfg, "encoder_hidden_size") or hidden))
+            out.append({**d, **masks, "encoder_hidden_states": enc})
+    return out
 
 
 def _find_all(cfg, *keys, depth: int = 0) -> list:
