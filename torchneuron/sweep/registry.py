@@ -880,6 +880,16 @@ def _late_candidates(sig, cfg, batch: int, text: dict, other: dict, alt: list[di
                         if k in sig:
                             c[k] = torch.ones(batch, n, dtype=torch.long)
                     cands.append(c)
+    state, act = _get(cfg, "state_dim"), _get(cfg, "act_dim")
+    if "states" in sig and isinstance(state, int) and isinstance(act, int):  # Decision Transformer trajectories
+        steps = 8
+        cands.append({"states": torch.randn(batch, steps, state), "actions": torch.randn(batch, steps, act),
+                      "rewards": torch.randn(batch, steps, 1), "returns_to_go": torch.randn(batch, steps, 1),
+                      "timesteps": torch.arange(steps).expand(batch, steps).contiguous(),
+                      "attention_mask": torch.ones(batch, steps, dtype=torch.long)})
+    if "audio_mel" in sig:  # Gemma 3n audio: (batch, frames, mel bins) and a padding mask (True = padding)
+        mel = int(_find(cfg, "input_feat_size", "num_mel_bins") or 128)
+        cands.append({"audio_mel": torch.randn(batch, 64, mel), "audio_mel_mask": torch.zeros(batch, 64, dtype=torch.bool)})
     size = _get(_vision_cfg(cfg), "image_size")
     if "prompt_pixel_values" in sig and isinstance(size, (list, tuple)) and len(size) == 2 and max(size) <= 64:
         # SegGPT: the image is stacked over its prompt, each half of the configured height (once
