@@ -87,3 +87,26 @@ def test_s3d_convolutions_get_he_initialisation():
     for m in convs:
         fan_in = m.weight[0].numel()
         assert float(m.weight.std()) == pytest.approx((2 / fan_in) ** 0.5, rel=0.25), m
+
+
+@pytest.mark.parametrize("name,shapes", [
+    # a Qwen2-VL-style tower whose patches have no temporal dimension
+    ("cosmos3_edge_vision", {"pixel_values": (16, 192), "grid_thw": (1, 3)}),
+    # NaFlex patch sequences with their mask and (h, w) grid
+    ("siglip2_vision_model", {"pixel_values": (2, 64, 192), "pixel_attention_mask": (2, 64), "spatial_shapes": (2, 2)}),
+    # trajectories named by the signature, sized by state_dim / act_dim
+    ("decision_transformer", {"states": (2, 8, 17), "actions": (2, 8, 4), "rewards": (2, 8, 1),
+                              "returns_to_go": (2, 8, 1), "timesteps": (2, 8), "attention_mask": (2, 8)}),
+])
+def test_late_recipes_cover_models_no_earlier_recipe_runs(name, shapes):
+    pytest.importorskip("transformers")
+    case = registry.build("transformers", name)
+    assert {k: tuple(v.shape) for k, v in case.inputs.items()} == shapes
+    with torch.no_grad():
+        case.model.eval()(**case.inputs)
+
+
+def test_late_recipes_leave_earlier_choices_alone():
+    pytest.importorskip("transformers")
+    case = registry.build("transformers", "bert")
+    assert {k: tuple(v.shape) for k, v in case.inputs.items()} == {"input_ids": (2, 16), "attention_mask": (2, 16)}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import re
 from collections.abc import Callable
 
@@ -394,6 +395,8 @@ _REDUCE = {
     "rotary_dim": 8,
     # DETR-style queries: fewer than the anchors of a 32x32 image; video frames
     "num_queries": 16, "num_frames": 4,
+    # Q-Former query tokens (BLIP-2, InstructBLIP): one placeholder each in the text
+    "num_query_tokens": 8,
     # moe
     "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
     # vocab / positions / images; time series context (TimesFM 2.5: 16384 steps, 512 patches, whose
@@ -485,6 +488,44 @@ def _reduce_config(cfg, depth: int = 0, table: dict | None = None) -> None:
             pass
 
 
+# widths and depths that ``_REDUCE`` leaves large, for the last pass only: latent arrays (Perceiver),
+# convolutional codec filters (VibeVoice), repeated blocks
+_LATE_REDUCE = {"d_latents": 64, "num_latents": 16, "num_self_attends_per_block": 2, "num_filters": 8,
+                "num_blocks": 1}
+
+
+def _late_config(cfg, depth: int = 0) -> None:
+    """Reductions applied only to architectures that run with no other configuration (so that no
+    model that ran before changes): image sizes given as (height, width), kept in proportion and a
+    multiple of the patch size, the longer side at most 64; per-stage heads that divide the
+    reduced stage widths; ``_LATE_REDUCE`` and one block per stage."""
+    from transformers import PretrainedConfig
+
+    for key, val in _LATE_REDUCE.items():
+        cur = _get(cfg, key)
+        if isinstance(cur, int) and not isinstance(cur, bool) and cur > val:
+            _set(cfg, key, val)
+    depths = _get(cfg, "depths")
+    if isinstance(depths, (list, tuple)) and all(isinstance(d, int) for d in depths):
+        _set(cfg, "depths", type(depths)(1 for _ in depths))
+    size, patch = _get(cfg, "image_size"), _get(cfg, "patch_size")
+    if isinstance(size, (list, tuple)) and len(size) == 2 and all(isinstance(v, int) for v in size) \
+            and max(size) > 64:
+        p = patch if isinstance(patch, int) else 8
+        scale = 64 / max(size)
+        _set(cfg, "image_size", type(size)(max(p, int(v * scale) // p * p) for v in size))
+    # hierarchical ViTs (Swin backbones): stage i is embed_dim * 2^i wide, a multiple of its heads
+    width, heads = _get(cfg, "embed_dim"), _get(cfg, "num_heads")
+    if isinstance(width, int) and isinstance(heads, (list, tuple)) and all(isinstance(h, int) for h in heads):
+        fixed = [max(d for d in range(1, h + 1) if (width << i) % d == 0) for i, h in enumerate(heads)]
+        _set(cfg, "num_heads", type(heads)(fixed))
+    if depth < 3:
+        for key in list(vars(cfg)):
+            sub = _get(cfg, key)
+            if isinstance(sub, PretrainedConfig):
+                _late_config(sub, depth + 1)
+
+
 def _set(cfg, key, val) -> None:
     try:
         setattr(cfg, key, val)
@@ -530,6 +571,12 @@ def _repair_config(cfg) -> None:
             ng = _get(cfg, "n_groups") if hk == "num_heads" else _get(cfg, "mamba_n_groups")
             if isinstance(ng, int) and ng > 1 and _get(cfg, hk) % ng:
                 _set(cfg, "n_groups" if hk == "num_heads" else "mamba_n_groups", 1)
+    # codecs that quantize the concatenated acoustic and semantic (wav2vec2-BERT) features (XCodec2,
+    # NeuCodec): the quantizer width is the sum of both widths
+    sem = _get(cfg, "semantic_model_config")
+    if isinstance(_get(cfg, "quantization_dim"), int) and isinstance(hidden, int) \
+            and isinstance(_get(sem, "hidden_size"), int):
+        _set(cfg, "quantization_dim", hidden + sem.hidden_size)
     # MLA: q/k head = nope + rope
     nope, rope = _get(cfg, "qk_nope_head_dim"), _get(cfg, "qk_rope_head_dim")
     if isinstance(nope, int) and isinstance(rope, int) and "qk_head_dim" in vars(cfg):
@@ -651,6 +698,11 @@ def _candidate_inputs(model, cfg) -> list[dict]:
         if "merge_sizes" in sig:
             alt.append({first: feats, grid_key: grid, "merge_sizes": torch.tensor([m])})
     cands: list[dict] = []
+    nq = _get(cfg, "num_query_tokens")  # only BLIP-2 and InstructBLIP(Video) configurations have it
+    if isinstance(nq, int) and "input_ids" in text and "pixel_values" in other:
+        qf = {k: v for k, v in (("qformer_input_ids", text["input_ids"][:, :8]),
+                                ("qformer_attention_mask", torch.ones(batch, 8, dtype=torch.long))) if k in sig}
+        cands += [{**c, **qf} for c in _query_token_inputs(cfg, nq, batch, text, other["pixel_values"])]
     if main in other:
         cands.append({main: other[main], **dec})
         cands.append({main: other[main]})
@@ -682,9 +734,220 @@ def _candidate_inputs(model, cfg) -> list[dict]:
         pv = other["pixel_values"]
         cands.append({"pixel_values": torch.randn(batch, pv.shape[1], 64, 64)})
         cands.append({"pixel_values": torch.randn(batch, pv.shape[1], 64, 256)})
+    # later additions: tried only after every recipe above, so that no model that ran with one of
+    # those changes its inputs
+    if grid_key is not None:
+        cands += _grid_layouts(sig, vc, grid_key)
+    # (not for models the reduction left large: ``build_transformers`` reduces those further first)
+    small = sum(p.numel() for p in model.parameters()) <= MAX_PARAMS
+    late = _late_candidates(sig, cfg, batch, text, other, alt) + _tensor_inputs(model, sig, cfg, batch) if small else []
+    required_pool = {**pool, **_named_inputs(sig, cfg, batch, {**pool, **(alt[-1] if alt else {})})}
+    cands += [{**{k: required_pool[k] for k in required if k in required_pool and k not in c}, **c} for c in late]
+    if required and all(k in required_pool for k in required):
+        base = {k: required_pool[k] for k in required}
+        cands += [base, {**base, **text}]
     if not cands:
         raise ValueError(f"no input recipe for main_input_name={main!r}")
     return cands
+
+
+def _first_leaf(model) -> torch.nn.Module | None:
+    """The first registered convolution, linear layer or embedding (usually the input stem)."""
+    for m in model.modules():
+        if isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Linear, torch.nn.Embedding)):
+            return m
+    return None
+
+
+def _tensor_inputs(model, sig, cfg, batch: int) -> list[dict]:
+    """Required inputs that are already embedded (``inputs_embeds``, ``*_embeds``, ``inputs``,
+    ``*hidden_states``) or whose name says nothing (a bare ``hidden_states`` into a stem): shaped
+    after the configured widths, or after the first layer of the model; masks of ones."""
+    required = [k for k, prm in sig.items() if prm.default is inspect.Parameter.empty
+                and prm.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+    known = ("input_ids", "pixel_values", "input_values", "input_features", "past_values")
+    if not required or any(k in known for k in required):
+        return []
+    hidden = _find(cfg, "hidden_size", "d_model", "dim", "embed_dim")
+    hidden = int(hidden) if isinstance(hidden, int) else 64
+    seq = 16
+    block = _get(cfg, "block_size")
+    layers = _get(cfg, "target_layer_ids")  # MuseGlimmer: context = the target's layers concatenated
+    variants: list[dict] = [{}]
+    for k in required:
+        if k.endswith("_mask"):
+            continue
+        if k == required[0] and k == "hidden_states":  # a stem: its first layer says the layout
+            leaf, hop = _first_leaf(model), _hop_length(cfg)
+            if isinstance(leaf, torch.nn.Conv1d):  # a waveform (mono/stereo) of two frames, or 8 latent frames
+                n = (2 * hop if hop else 3840) if leaf.in_channels <= 2 else 8
+                v = [torch.randn(batch, leaf.in_channels, n)]
+            elif isinstance(leaf, torch.nn.Conv2d):
+                v = [torch.randn(batch, leaf.in_channels, 32, 32)]
+            else:
+                v = [torch.randn(batch, seq, hidden)]
+        elif k == "context_hidden_states" and isinstance(layers, (list, tuple)):
+            v = [torch.randn(batch, seq, hidden * len(layers))]
+        elif k == "encoder_hidden_states":
+            v = [torch.randn(batch, seq, int(_find(cfg, "encoder_hidden_size") or hidden))]
+        elif k in ("inputs", "inputs_embeds") or k.endswith(("_embeds", "hidden_states")):
+            n = int(block) if isinstance(block, int) and k == "noise_embeds" else seq
+            v = [torch.randn(batch, n, hidden)]
+        else:
+            return []
+        variants = [{**d, k: x} for d in variants for x in v]
+    out = []
+    for d in variants:
+        first = next(iter(d.values()))
+        masks = {k: torch.ones(batch, first.shape[1], dtype=torch.long) for k in sig
+                 if k.endswith("_mask") and k not in d and sig[k].default is inspect.Parameter.empty}
+        out.append({**d, **masks})
+        if "encoder_hidden_states" in sig and "encoder_hidden_states" not in d:  # a Q-Former over an encoder
+            enc = torch.randn(batch, seq, int(_find(cfg, "encoder_hidden_size") or hidden))
+            out.append({**d, **masks, "encoder_hidden_states": enc})
+    return out
+
+
+def _find_all(cfg, *keys, depth: int = 0) -> list:
+    """Every value of ``keys`` set on ``cfg`` and its sub-configurations, in that order, once each."""
+    from transformers import PretrainedConfig
+
+    found: list = []
+    for k in keys:
+        v = _get(cfg, k)
+        if v is not None and not isinstance(v, bool) and v not in found:
+            found.append(v)
+    if depth < 3:
+        for key in list(vars(cfg)):
+            sub = _get(cfg, key)
+            if isinstance(sub, PretrainedConfig):
+                found += [v for v in _find_all(sub, *keys, depth=depth + 1) if v not in found]
+    return found
+
+
+def _hop_length(cfg) -> int | None:
+    """Samples per frame of an audio codec encoder: an explicit hop, or the product of its strides."""
+    hop = _find(cfg, "encoder_hop_length")
+    if isinstance(hop, int):
+        return hop
+    ratios = _find(cfg, "downsampling_ratios")
+    if isinstance(ratios, (list, tuple)) and ratios and all(isinstance(r, int) for r in ratios):
+        return int(math.prod(ratios))
+    return None
+
+
+def _named_inputs(sig, cfg, batch: int, pool: dict) -> dict:
+    """Secondary inputs recognised by name, shaped after the primary ones in ``pool``."""
+    named: dict = {}
+    px = pool.get("pixel_values")
+    if isinstance(px, torch.Tensor):
+        for k in ("prompt_pixel_values", "prompt_masks"):  # SegGPT: a prompt image and its mask
+            if k in sig:
+                named[k] = torch.randn_like(px) if k == "prompt_pixel_values" else torch.ones_like(px)
+    pv = pool.get("past_values")
+    if isinstance(pv, torch.Tensor):
+        if "past_values_padding" in sig:  # TimesFM: 1 marks padding
+            named["past_values_padding"] = torch.zeros(pv.shape[:2], dtype=torch.long)
+        if "freq" in sig:
+            named["freq"] = torch.zeros(batch, 1, dtype=torch.long)
+    return named
+
+
+def _late_candidates(sig, cfg, batch: int, text: dict, other: dict, alt: list[dict]) -> list[dict]:
+    """Recipes tried after all the others: time series with a padding and a frequency input,
+    audio features of every width the configuration names, Q-Former models whose text carries
+    the placeholder tokens the query outputs replace, and NaFlex patch sequences (SigLIP 2)."""
+    cands: list[dict] = []
+    pvs = [a["past_values"] for a in alt if "past_values" in a] + [other[k] for k in ("past_values",) if k in other]
+    for pv in pvs:
+        if "past_values_padding" in sig or "freq" in sig:
+            cands.append({"past_values": pv, **_named_inputs(sig, cfg, batch, {"past_values": pv})})
+    if "input_features" in sig:
+        widths = [int(v) for v in _find_all(cfg, "input_size", "feature_size", "num_mel_bins", "n_mels",
+                                             "input_feat_per_channel", "num_mel_filters",
+                                             "feature_projection_input_dim")
+                  if isinstance(v, int) and v >= 8]
+        hop = _hop_length(cfg) if "input_values" in sig else None
+        window = _find(cfg, "n_window")
+        frames = ([3840 // hop] if hop else []) + [64] + ([2 * int(window)] if isinstance(window, int) else [])
+        for width in widths:
+            for n in frames:
+                for feats in (torch.randn(batch, n, width), torch.randn(batch, width, n)):
+                    c: dict = {"input_features": feats}
+                    if "input_values" in sig:
+                        c["input_values"] = torch.randn(batch, 1, n * hop if hop else 3840)
+                    for k in ("input_features_mask", "attention_mask"):
+                        if k in sig:
+                            c[k] = torch.ones(batch, n, dtype=torch.long)
+                    cands.append(c)
+    state, act = _get(cfg, "state_dim"), _get(cfg, "act_dim")
+    if "states" in sig and isinstance(state, int) and isinstance(act, int):  # Decision Transformer trajectories
+        steps = 8
+        cands.append({"states": torch.randn(batch, steps, state), "actions": torch.randn(batch, steps, act),
+                      "rewards": torch.randn(batch, steps, 1), "returns_to_go": torch.randn(batch, steps, 1),
+                      "timesteps": torch.arange(steps).expand(batch, steps).contiguous(),
+                      "attention_mask": torch.ones(batch, steps, dtype=torch.long)})
+    if "audio_mel" in sig:  # Gemma 3n audio: (batch, frames, mel bins) and a padding mask (True = padding)
+        mel = int(_find(cfg, "input_feat_size", "num_mel_bins") or 128)
+        cands.append({"audio_mel": torch.randn(batch, 64, mel), "audio_mel_mask": torch.zeros(batch, 64, dtype=torch.bool)})
+    size = _get(_vision_cfg(cfg), "image_size")
+    if "prompt_pixel_values" in sig and isinstance(size, (list, tuple)) and len(size) == 2 and max(size) <= 64:
+        # SegGPT: the image is stacked over its prompt, each half of the configured height (once
+        # ``_late_config`` made it small)
+        px = torch.randn(batch, int(_find(cfg, "num_channels") or 3), size[0] // 2, size[1])
+        cands.append({"pixel_values": px, **_named_inputs(sig, cfg, batch, {"pixel_values": px})})
+    if "spatial_shapes" in sig and "pixel_values" in sig:  # patches flattened by the processor
+        vc = _vision_cfg(cfg)
+        p, c = int(_find(vc, "patch_size") or 16), int(_find(vc, "num_channels") or 3)
+        side = max(1, int(math.isqrt(int(_find(vc, "num_patches") or 16))) // 2)
+        n = side * side
+        cands.append({"pixel_values": torch.randn(batch, n, c * p * p),
+                      "pixel_attention_mask": torch.ones(batch, n, dtype=torch.long),
+                      "spatial_shapes": torch.tensor([[side, side]] * batch)})
+    return cands
+
+
+def _query_token_inputs(cfg, nq: int, batch: int, text: dict, image: torch.Tensor) -> list[dict]:
+    """BLIP-2 style: the language model's input ids hold one placeholder per query output (per
+    frame for video, 4 frames unless the configuration says); a placeholder id the configuration
+    leaves unset is set to the last id."""
+    vocab = int(_get(getattr(cfg, "text_config", None) or cfg, "vocab_size") or 512)
+    cands: list[dict] = []
+    for key in ("image_token_id", "video_token_id"):
+        try:
+            tok = getattr(cfg, key)
+        except AttributeError:
+            continue
+        if tok is None:
+            tok = vocab - 1
+            _set(cfg, key, tok)
+        frames = int(_find(cfg, "num_frames") or 4)
+        video = torch.randn(batch, frames, *image.shape[1:])
+        for px in ((image, video) if key == "image_token_id" else (video,)):
+            frames = px.shape[1] if px.dim() == 5 else 1
+            ids = torch.cat([torch.full((batch, nq * frames), int(tok)), text["input_ids"]], dim=1)
+            c = {"pixel_values": px, "input_ids": ids, "attention_mask": torch.ones_like(ids)}
+            cands.append(c)
+        break
+    return cands
+
+
+def _grid_layouts(sig, vc, grid_key: str) -> list[dict]:
+    """Further packed-patch layouts of Qwen2-VL-style vision towers: patches without a temporal
+    dimension ``(n, c * p * p)``, unflattened patches ``(n, c, p, p)``, and patches grouped by
+    merged token ``(n / m^2, m * p, m * p, c)`` with the grid counted in merged tokens."""
+    p = int(_find(vc, "patch_size") or 14)
+    t = int(_find(vc, "temporal_patch_size") or 2)
+    c = int(_find(vc, "in_channels", "in_chans", "num_channels") or 3)
+    m = int(_find(vc, "spatial_merge_size", "merge_size") or 2)
+    first = next(iter(sig))
+    grid = torch.tensor([[1, 2 * m, 2 * m]])
+    n = int(grid.prod())
+    extra: dict = {"merge_sizes": torch.tensor([m])} if "merge_sizes" in sig else {}
+    layouts = [(torch.randn(n, c * p * p), grid), (torch.randn(n, c, p, p), grid),
+               (torch.randn(n, c, t, p, p), grid),
+               (torch.randn(n // (m * m), m * p, m * p, c), torch.tensor([[1, 2, 2]]))]
+    return [{first: x, grid_key: g, **extra} for x, g in layouts]
 
 
 def _pick_inputs(model, cfg) -> dict:
@@ -739,12 +1002,15 @@ def build_transformers(name: str):
     first: Exception | None = None
     # full reduction first; if that config is inconsistent for the architecture (coupled widths),
     # reduce only depth, vocab and experts, provided the model stays small
-    for table in (_REDUCE, _DEPTH_VOCAB):
+    # last, for architectures neither runs with: the full reduction plus the late rules
+    for table, late in ((_REDUCE, False), (_DEPTH_VOCAB, False), (_REDUCE, True)):
         try:
             cfg = AutoConfig.for_model(name, **_config_kwargs(name))
             if hasattr(cfg, "max_source_positions"):
                 cfg.max_source_positions = min(cfg.max_source_positions, 32)
             _reduce_config(cfg, table=table)
+            if late:
+                _late_config(cfg)
             if table is not _REDUCE:  # count parameters on the meta device before paying for them
                 with torch.device("meta"):
                     n = sum(p.numel() for p in AutoModel.from_config(cfg).parameters())
