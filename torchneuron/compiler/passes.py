@@ -61,6 +61,7 @@ def decompositions(convolution_backward: bool = True) -> dict:
 
     from .attention import attention_decompositions
     from .convolution import convolution_decompositions
+    from .extrema import extrema_decompositions
     from .foreach import foreach_decompositions
     from .grid_sampling import grid_sampling_decompositions
     from .histogram import histogram_decompositions
@@ -87,6 +88,7 @@ def decompositions(convolution_backward: bool = True) -> dict:
     table.update(attention_decompositions())
     table.update(integer_input_decompositions())
     table.update(modulo_decompositions())
+    table.update(extrema_decompositions())
     return table
 
 
