@@ -103,3 +103,24 @@ def test_running_statistics_over_an_all_valid_mask_match_cpu():
     got = torch.compile(f, backend="neuron")(x.to(DEVICE))
     for r, g in zip(ref, got, strict=True):
         torch.testing.assert_close(g.cpu(), r, rtol=1e-5, atol=1e-5)
+
+
+def test_a_reduction_of_constants_behind_a_strided_view_is_folded():
+    """Mask2Former's valid ratios of its default (all-valid) mask: ``(~mask[:, :, 0]).sum(1)``
+    feeds the model through a slice of the stacked ratios, a frontier that is not contiguous (so
+    not replaced by a ``full``): the reduction itself is, or IREE sums one element per row."""
+
+    def f(x):
+        mask = torch.zeros_like(x, dtype=torch.bool)
+        height = (~mask[:, :, 0]).sum(1).float() / x.shape[1]
+        width = (~mask[:, 0, :]).sum(1).float() / x.shape[2]
+        ratios = torch.stack([width, height], -1)
+        return ratios[:, :1] * x[:, 0, :1] + ratios[:, 1:] * x[:, 1, 1:2]
+
+    gm = make_fx(f, tracing_mode="fake")(torch.randn(2, 4, 3))
+    assert fold_uniform_constants(gm) >= 2
+    assert _aten.sum.dim_IntList not in _targets(gm)
+    x = torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(0))
+    torch._dynamo.reset()
+    got = torch.compile(f, backend="neuron")(x.to(DEVICE))
+    torch.testing.assert_close(got.cpu(), f(x), rtol=1e-6, atol=1e-6)

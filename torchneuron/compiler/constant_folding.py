@@ -104,9 +104,12 @@ def fold_uniform_constants(gm: fx.GraphModule) -> int:
     fills: dict[fx.Node, object] = {}
 
     def settle(node: fx.Node) -> None:
-        """Every user of ``node`` was visited: replace it if it is a frontier, drop its value."""
+        """Every user of ``node`` was visited: replace it if it is a frontier or a reduction (the
+        reductions are what IREE miscompiles: a frontier that is a strided view cannot be
+        replaced by a ``full``), drop its value."""
         value, val = known.pop(node), node.meta["val"]
-        if node.target in _CONSTRUCTORS or all(u in constant for u in node.users):
+        reduction = torch.Tag.reduction in node.target.tags
+        if node.target in _CONSTRUCTORS or (all(u in constant for u in node.users) and not reduction):
             return  # already a constructor, or only feeds other folded values
         if val.dtype not in _UNSIGNED and val.is_contiguous() and _uniform(value):
             fills[node] = value.reshape(-1)[0].item()
