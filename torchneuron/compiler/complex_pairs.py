@@ -44,13 +44,20 @@ class _Rewrite:
         self.at: fx.Node | None = None  # the node being rewritten: new nodes go before it
         self.emitted: list[fx.Node] = []  # what the rewrite of ``at`` added so far
 
-    def emit(self, target, *args, **kwargs) -> fx.Node:
+    def _insert(self, place, target, args, kwargs) -> fx.Node:
+        """``target(*args, **kwargs)`` inserted at ``place`` (an ``inserting_*`` context), its
+        traced value computed on the arguments' ones."""
         vals = fx.node.map_arg((args, kwargs), lambda n: n.meta["val"])
         val = target(*vals[0], **vals[1])
-        with self.graph.inserting_before(self.at):
+        with place:
             node = self.graph.call_function(target, args, kwargs)
-        node.meta.update({k: v for k, v in self.at.meta.items() if k in _KEPT_META})
         node.meta["val"] = val
+        return node
+
+    def emit(self, target, *args, **kwargs) -> fx.Node:
+        """A node of the rewrite of ``at``, before it."""
+        node = self._insert(self.graph.inserting_before(self.at), target, args, kwargs)
+        node.meta.update({k: v for k, v in self.at.meta.items() if k in _KEPT_META})
         self.emitted.append(node)
         return node
 
@@ -74,10 +81,7 @@ class _Rewrite:
         return p
 
     def _after(self, where: fx.Node, target, *args) -> fx.Node:
-        with self.graph.inserting_after(where):
-            node = self.graph.call_function(target, args)
-        node.meta["val"] = target(*fx.node.map_arg(args, lambda n: n.meta["val"]))
-        return node
+        return self._insert(self.graph.inserting_after(where), target, args, {})
 
     def parts(self, z: fx.Node) -> tuple[fx.Node, fx.Node]:
         p = self.pair(z)

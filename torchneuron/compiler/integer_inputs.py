@@ -43,10 +43,22 @@ def _promoted(op: torch._ops.OpOverload):
     return cast_then_op
 
 
+def promoted_operands(a, b, kind: ELEMENTWISE_TYPE_PROMOTION_KIND) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both operands as tensors of the dtype ``kind`` promotes them to: a tensor cast, a number a
+    0-d tensor."""
+    _, dtype = elementwise_dtypes(a, b, type_promotion_kind=kind)
+    device = (a if isinstance(a, torch.Tensor) else b).device
+
+    def tensor(x):
+        if not isinstance(x, torch.Tensor):
+            return _aten.scalar_tensor.default(x, dtype=dtype, device=device)
+        return x if x.dtype == dtype else _aten._to_copy.default(x, dtype=dtype)
+
+    return tensor(a), tensor(b)
+
+
 def copysign_by_number(a: torch.Tensor, b):
-    _, dtype = elementwise_dtypes(a, b, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.INT_TO_FLOAT)
-    magnitude = a if a.dtype == dtype else _aten._to_copy.default(a, dtype=dtype)
-    return _aten.copysign.Tensor(magnitude, _aten.scalar_tensor.default(b, dtype=dtype, device=a.device))
+    return _aten.copysign.Tensor(*promoted_operands(a, b, ELEMENTWISE_TYPE_PROMOTION_KIND.INT_TO_FLOAT))
 
 
 def integer_input_decompositions() -> dict:
@@ -55,4 +67,4 @@ def integer_input_decompositions() -> dict:
     return table
 
 
-__all__ = ["PROMOTED_OPS", "copysign_by_number", "integer_input_decompositions"]
+__all__ = ["PROMOTED_OPS", "copysign_by_number", "integer_input_decompositions", "promoted_operands"]

@@ -17,23 +17,18 @@ from __future__ import annotations
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
+from .integer_inputs import promoted_operands
+
 _aten = torch.ops.aten
 
 
 def _as_tensors(a, b):
-    """Both operands as tensors of the result's dtype (a number becomes a 0-d tensor), or
-    ``None`` for the dtypes left to the op (bool and complex: ATen refuses them)."""
+    """Both operands as tensors of the result's dtype, or ``None`` for the dtypes left to the op
+    (bool and complex: ATen refuses them)."""
     _, dtype = elementwise_dtypes(a, b, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
     if dtype == torch.bool or dtype.is_complex:
         return None
-    device = (a if isinstance(a, torch.Tensor) else b).device
-
-    def tensor(x):
-        if not isinstance(x, torch.Tensor):
-            return _aten.scalar_tensor.default(x, dtype=dtype, device=device)
-        return x if x.dtype == dtype else _aten._to_copy.default(x, dtype=dtype)
-
-    return tensor(a), tensor(b)
+    return promoted_operands(a, b, ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
 
 
 def remainder_from_fmod(a, b):

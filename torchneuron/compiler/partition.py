@@ -53,13 +53,15 @@ def touches_empty_tensor(node: fx.Node) -> bool:
     SIGFPE on some of them (``slice_scatter`` of an empty slice, from Swin3D's attention mask:
     ``mask[-2:0] = c``), and each such failure cost a compiler run per half of its region while
     splitting; eagerly, an operator on empty tensors costs next to nothing."""
-    def empty(v) -> bool:
-        return isinstance(v, torch.Tensor) and v.numel() == 0
+    return any(v.numel() == 0 for v in _tensor_vals(node))
 
+
+def _tensor_vals(node: fx.Node) -> list[torch.Tensor]:
+    """The traced values of a node's tensor inputs and results."""
     vals = [a.meta.get("val") for a in node.all_input_nodes]
     out = node.meta.get("val")
     vals.extend(out if isinstance(out, (list, tuple)) else [out])
-    return any(empty(v) for v in vals)
+    return [v for v in vals if isinstance(v, torch.Tensor)]
 
 
 def touches_complex(node: fx.Node) -> bool:
@@ -67,10 +69,7 @@ def touches_complex(node: fx.Node) -> bool:
     concatenations and ``abs`` of complex tensors, but a program's complex buffers do not reach
     IREE as complex (every element of such results came out wrong): the chip has no complex
     arithmetic, and what ``complex_pairs.py`` does not rewrite into float pairs stays eager."""
-    vals = [a.meta.get("val") for a in node.all_input_nodes]
-    out = node.meta.get("val")
-    vals.extend(out if isinstance(out, (list, tuple)) else [out])
-    return any(isinstance(v, torch.Tensor) and v.is_complex() for v in vals)
+    return any(v.is_complex() for v in _tensor_vals(node))
 
 
 class LoweringSupport(OperatorSupportBase):

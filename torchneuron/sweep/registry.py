@@ -609,22 +609,11 @@ def _rescale_mrope(cfg, total: int, sections: list[int], depth: int = 0) -> bool
     return found
 
 
-def _find(cfg, *keys, depth: int = 0):
-    """The first of ``keys`` set on ``cfg`` or (breadth first) on one of its sub-configurations."""
-    from transformers import PretrainedConfig
-
-    for k in keys:
-        v = _get(cfg, k)
-        if v is not None and not isinstance(v, bool):
-            return v
-    if depth < 3:
-        for key in list(vars(cfg)):
-            sub = _get(cfg, key)
-            if isinstance(sub, PretrainedConfig):
-                v = _find(sub, *keys, depth=depth + 1)
-                if v is not None:
-                    return v
-    return None
+def _find(cfg, *keys):
+    """The first of ``keys`` set on ``cfg`` or (after ``cfg``'s own) on one of its
+    sub-configurations: the first of :func:`_find_all`."""
+    found = _find_all(cfg, *keys)
+    return found[0] if found else None
 
 
 def _vision_cfg(cfg):
@@ -687,10 +676,7 @@ def _candidate_inputs(model, cfg) -> list[dict]:
         alt.append({"past_values": torch.randn(batch, int(ctx))})
     grid_key = next((k for k in sig if k.endswith("grid_thw")), None)
     if grid_key is not None:  # Qwen2-VL-style vision towers: flattened patches + (t, h, w) grid
-        p = _find(vc, "patch_size") or 14
-        t = _find(vc, "temporal_patch_size") or 2
-        c = _find(vc, "in_channels", "in_chans", "num_channels") or 3
-        m = _find(vc, "spatial_merge_size", "merge_size") or 2
+        p, t, c, m = _patch_geometry(vc)
         first = next(iter(sig))
         grid = torch.tensor([[1, 2 * m, 2 * m]])
         feats = torch.randn(int(grid.prod()), c * t * p * p)
@@ -932,14 +918,18 @@ def _query_token_inputs(cfg, nq: int, batch: int, text: dict, image: torch.Tenso
     return cands
 
 
+def _patch_geometry(vc) -> tuple[int, int, int, int]:
+    """Patch size, temporal patch size, channels and spatial merge size of a Qwen2-VL-style tower."""
+    return (int(_find(vc, "patch_size") or 14), int(_find(vc, "temporal_patch_size") or 2),
+            int(_find(vc, "in_channels", "in_chans", "num_channels") or 3),
+            int(_find(vc, "spatial_merge_size", "merge_size") or 2))
+
+
 def _grid_layouts(sig, vc, grid_key: str) -> list[dict]:
     """Further packed-patch layouts of Qwen2-VL-style vision towers: patches without a temporal
     dimension ``(n, c * p * p)``, unflattened patches ``(n, c, p, p)``, and patches grouped by
     merged token ``(n / m^2, m * p, m * p, c)`` with the grid counted in merged tokens."""
-    p = int(_find(vc, "patch_size") or 14)
-    t = int(_find(vc, "temporal_patch_size") or 2)
-    c = int(_find(vc, "in_channels", "in_chans", "num_channels") or 3)
-    m = int(_find(vc, "spatial_merge_size", "merge_size") or 2)
+    p, t, c, m = _patch_geometry(vc)
     first = next(iter(sig))
     grid = torch.tensor([[1, 2 * m, 2 * m]])
     n = int(grid.prod())
