@@ -94,11 +94,18 @@ def _add_check(p: argparse.ArgumentParser) -> None:
     p.add_argument("--default-device", help="torch.set_default_device() while the script runs (e.g. neuron)")
     p.add_argument("--top", type=int, default=15, help="fallback ops shown")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument("--verify-regions", action="store_true",
+                   help="run every compiled region's graph eagerly beside it and report the regions whose "
+                        "results differ, with the first differing node (TORCHNEURON_VERIFY_REGIONS=1)")
 
 
 def _run_check(ns: argparse.Namespace) -> int:
+    import os
+
     from .sweep.check import check_script
 
+    if ns.verify_regions:
+        os.environ["TORCHNEURON_VERIFY_REGIONS"] = "1"
     return check_script(ns.script, ns.args, default_device=ns.default_device, top=ns.top, as_json=ns.json)
 
 
@@ -116,6 +123,9 @@ def _add_sweep(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=int, default=1,
                    help="worker processes running models side by side (each ~1-3 GB; IREE compiles use ~1.3 cores)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--verify-regions", action="store_true",
+                   help="compile/adaptive: also run every compiled region's graph eagerly and compare; a region "
+                        "that differs fails the record and names the first differing node (slower)")
 
 
 def _run_sweep(ns: argparse.Namespace) -> int:
@@ -124,7 +134,8 @@ def _run_sweep(ns: argparse.Namespace) -> int:
 
     suites = list(SUITES) if ns.suite == "all" else ns.suite.split(",")
     recs = run_sweep(suites, ns.modes.split(","), ns.out, limit=ns.limit, shard=ns.shard,
-                     filter_=ns.filter, timeout=ns.timeout, quiet=ns.quiet, jobs=ns.jobs)
+                     filter_=ns.filter, timeout=ns.timeout, quiet=ns.quiet, jobs=ns.jobs,
+                     verify_regions=ns.verify_regions)
     n = {k: sum(r["status"] == k for r in recs) for k in ("pass", "fail", "skip")}
     print(f"{len(recs)} new records in {ns.out}: {n['pass']} pass, {n['fail']} fail, {n['skip']} skip")
     return 0

@@ -181,3 +181,31 @@ def test_report_numerics_of_passing_runs():
     assert (n["relative"], n["max"], n["absolute"], n["unrecorded"]) == (2, 4e-5, ["z"], 1)
     assert "| compile | 2 | 4e-05 | 4e-05 | 1 (z) | 1 |" in report.render_markdown(recs)
     assert "Numerics of the passing runs" in report.render_html(recs)
+
+
+def test_verify_regions_fails_a_run_whose_backward_is_miscompiled(monkeypatch):
+    """A compiler bug the end-to-end comparison cannot see (the training step is compared with nothing):
+    with ``TORCHNEURON_VERIFY_REGIONS`` the record fails and names the node."""
+    import torchneuron.compiler.graph_compiler as graph_compiler
+    from torchneuron.sweep.runner import check
+
+    original = graph_compiler.PreparedRegion.__init__
+
+    def buggy(self, name, sub, record, dump):  # ReLU's backward mask inverted, in compiled code only
+        for n in sub.graph.nodes:
+            if n.target is torch.ops.aten.le.Scalar:
+                n.target = torch.ops.aten.ge.Scalar
+        sub.recompile()
+        original(self, name, sub, record, dump)
+
+    monkeypatch.setattr(graph_compiler.PreparedRegion, "__init__", buggy)
+    torch._dynamo.reset()
+    assert check("_selftest", "tiny", "compile")["status"] == "pass"  # unseen without the check
+    monkeypatch.setenv("TORCHNEURON_VERIFY_REGIONS", "1")
+    torch._dynamo.reset()
+    r = check("_selftest", "tiny", "compile")
+    assert (r["status"], r["cause"], r["region_mismatches"]) == ("fail", "numerics", 1), r
+    assert "(backward) differs from the eager kernels" in r["error"] and "le (aten.le.Scalar)" in r["error"], r
+    monkeypatch.undo()
+    torch._dynamo.reset()
+    assert check("_selftest", "tiny", "compile")["status"] == "pass"

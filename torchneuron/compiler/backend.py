@@ -22,7 +22,7 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
-from . import graph_cache, precompile
+from . import graph_cache, precompile, verify
 from .errors import NeuronCompilationError
 from .graph_compiler import compile_graph
 from .passes import decompositions
@@ -64,7 +64,8 @@ class _DecompositionTable(Mapping):
 
 def compile_with_aot_autograd(gm: torch.fx.GraphModule, example_inputs, options: CompileOptions):
     """AOTAutograd with the neuron compilers, through AOTAutograd's cache unless it is off."""
-    stored = graph_cache.enabled() or precompile.enabled()
+    # a graph whose regions are checked against eager execution (verify.py) is not stored
+    stored = (graph_cache.enabled() or precompile.enabled()) and not verify.enabled()
     backend = aot_autograd(
         fw_compiler=_graph_compiler("forward", options, stored),
         bw_compiler=_graph_compiler("backward", options, stored),

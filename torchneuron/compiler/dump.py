@@ -21,6 +21,13 @@ class GraphDump:
             self.dir = root / f"{graph_id}_{kind}"
             self.dir.mkdir(parents=True, exist_ok=True)
 
+    @classmethod
+    def off(cls) -> GraphDump:
+        """A dump that writes nothing (compilations that are not the graph's own)."""
+        dump = cls.__new__(cls)
+        dump.dir = None
+        return dump
+
     @property
     def enabled(self) -> bool:
         return self.dir is not None

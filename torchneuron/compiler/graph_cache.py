@@ -54,7 +54,9 @@ def enabled() -> bool:
     """Whether compiled graphs are stored in and loaded from AOTAutograd's cache."""
     if os.environ.get("TORCHNEURON_GRAPH_CACHE", "1") in ("0", "false", "False", "off"):
         return False
-    return settings.dump_dir() is None and not torch.compiler.config.force_disable_caches
+    from . import verify
+
+    return settings.dump_dir() is None and not verify.enabled() and not torch.compiler.config.force_disable_caches
 
 
 def directory() -> Path:

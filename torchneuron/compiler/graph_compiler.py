@@ -20,7 +20,7 @@ import torch
 import torch.fx as fx
 
 from ..runtime import activity, state
-from . import metrics, settings
+from . import metrics, settings, verify
 from .cache import CACHE, cache_key
 from .complex_pairs import complex_as_pairs
 from .constant_folding import fold_uniform_constants
@@ -322,7 +322,10 @@ def compile_graph(gm: fx.GraphModule, kind: str, options: CompileOptions):
         if options.partition:
             compiled = _compile_regions(regions, record, dump)
         else:  # one whole-graph region, whose failure is the graph's
-            compiled = {name: _alone(PreparedRegion(name, sub, record, dump), record, dump) for name, sub in regions}
+            compiled = {name: _alone(PreparedRegion(name, _copy(sub), record, dump), record, dump)
+                        for name, sub in regions}
+        if verify.enabled():  # TORCHNEURON_VERIFY_REGIONS: each region checked against its eager graph
+            compiled = verify.verified(compiled, dict(regions), record, _compile_regions)
         for name, module in compiled.items():
             setattr(outer, name, module)
     except Exception as err:

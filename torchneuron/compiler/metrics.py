@@ -40,7 +40,10 @@ _totals = {"graphs_compiled": 0, "cache_hits": 0, "cache_misses": 0, "compile_se
            "fallbacks": 0, "corrupt_cache_entries": 0, "eager_after_split": 0, "lowering_cache_hits": 0,
            # graphs rebuilt from AOTAutograd's cache (graph_cache.py) or a precompile package, time to
            # rebuild them; time to save precompile packages (precompile.py)
-           "graphs_loaded": 0, "graph_load_seconds": 0.0, "precompile_save_seconds": 0.0}
+           "graphs_loaded": 0, "graph_load_seconds": 0.0, "precompile_save_seconds": 0.0,
+           # calls of compiled regions whose result differed from the eager kernels' (verify.py)
+           "region_mismatches": 0}
+_mismatched_regions: list[dict] = []  # the first mismatch of each region (verify.RegionMismatch)
 
 
 def new_graph(graph_id: str, kind: str) -> GraphRecord:
@@ -81,11 +84,18 @@ def get_metrics() -> dict:
     with _lock:
         out = dict(_totals)
         out["graphs"] = {gid: asdict(rec) for gid, rec in _graphs.items()}
+        out["mismatched_regions"] = [dict(m) for m in _mismatched_regions]
     return out
 
 
 def reset_metrics() -> None:
     with _lock:
         _graphs.clear()
+        _mismatched_regions.clear()
         for k in _totals:
             _totals[k] = 0.0 if isinstance(_totals[k], float) else 0
+
+
+def add_region_mismatch(mismatch: dict) -> None:
+    with _lock:
+        _mismatched_regions.append(mismatch)

@@ -25,6 +25,9 @@ import sysconfig
 import traceback
 from collections import Counter, defaultdict
 
+from ..compiler import verify
+from ..compiler.verify import RegionMismatch
+
 _LIB_DIRS = tuple({os.path.realpath(p) for p in (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["stdlib"],
                                                  sysconfig.get_paths()["platlib"])})
 
@@ -189,6 +192,7 @@ def run_check(script: str, args: list[str] | None = None, *, default_device: str
                          for op, n in Counter(fallback).most_common()},
         "transfers": torchneuron.ops.tracking.transfer_stats(),
         "compile": _compile_stats(),
+        "verified_regions": verify.enabled(),
     }
 
 
@@ -240,6 +244,12 @@ def format_report(rep: dict, top: int = 15) -> str:
                      f"{m['regions']} regions, {m['library_nodes']} library kernels (convolutions), "
                      f"{m['eager_nodes']} nodes left eager, {m['fallbacks']} graph fallbacks, "
                      f"{m['compile_seconds']:.1f} s compiling")
+    if rep.get("verified_regions"):
+        found = (m or {}).get("mismatched_regions", [])
+        lines.append(f"region check (TORCHNEURON_VERIFY_REGIONS): {len(found)} compiled regions differ from the "
+                     f"eager kernels ({(m or {}).get('region_mismatches', 0)} calls)")
+        for d in found[:top]:
+            lines.append(f"  {RegionMismatch(**d).describe()}")
     return "\n".join(lines)
 
 

@@ -186,6 +186,8 @@ def check(suite: str, name: str, mode: str, *, rtol: float = 1e-3, atol: float =
     import torch
 
     import torchneuron
+    from torchneuron.compiler import metrics as compiler_metrics
+    from torchneuron.compiler import verify
     from torchneuron.runtime.rng import drawing_from_host
 
     from . import registry
@@ -195,6 +197,9 @@ def check(suite: str, name: str, mode: str, *, rtol: float = 1e-3, atol: float =
            "rel_err": None, "ref_scale": None}
     t0 = time.perf_counter()
     stage = "build"
+    verifying = mode != "eager" and verify.enabled()
+    if verifying:
+        compiler_metrics.reset_metrics()
     torchneuron.clear_op_tracking()
     torch.neuron.reset_peak_memory_stats()
     try:
@@ -278,6 +283,12 @@ def check(suite: str, name: str, mode: str, *, rtol: float = 1e-3, atol: float =
             raise
         opt.step()
         torch.neuron.synchronize() if hasattr(torch.neuron, "synchronize") else None
+        if verifying:  # TORCHNEURON_VERIFY_REGIONS: every compiled region was run beside its eager graph
+            stage = "numerics"
+            found = compiler_metrics.get_metrics()["mismatched_regions"]
+            rec["region_mismatches"] = len(found)
+            if found:
+                raise AssertionError(verify.RegionMismatch(**found[0]).describe())
         if mode == "adaptive":
             torchneuron.set_execution_mode("eager")
             m = torchneuron.adaptive.get_metrics()
@@ -349,8 +360,9 @@ def _worker_main() -> None:
 class Worker:
     """A reusable child process; :meth:`run` returns a record, or a timeout/crash record."""
 
-    def __init__(self, timeout: float = 180.0):
+    def __init__(self, timeout: float = 180.0, env: dict[str, str] | None = None):
         self.timeout = timeout
+        self.env = env  # the workers' environment (default: this process's)
         self.proc: subprocess.Popen | None = None
         self.log = tempfile.NamedTemporaryFile("w+", prefix="sweep-worker-", suffix=".log", delete=False)
 
@@ -359,7 +371,7 @@ class Worker:
         self.log.truncate()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "torchneuron.sweep.runner", "--worker"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1, env=self.env,
         )
         if not self._readline(300.0):
             raise RuntimeError(f"sweep worker failed to start: {self._tail()}")

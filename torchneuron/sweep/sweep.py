@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import os
 import queue
 import sys
 import threading
@@ -62,10 +63,12 @@ class _Progress:
 def run_sweep(suites: list[str], modes: list[str], out: str, *, limit: int | None = None,
               shard: str | None = None, filter_: str | None = None, timeout: float = 180.0,
               models: list[str] | dict[str, list[str]] | None = None, quiet: bool = False,
-              jobs: int = 1) -> list[dict]:
+              jobs: int = 1, verify_regions: bool = False) -> list[dict]:
     """Run every selected (suite, model, mode) not yet in ``out``; each of ``jobs`` reused worker
     processes takes the next run as it finishes one. ``models`` is an explicit model list, or
-    one list per suite."""
+    one list per suite. ``verify_regions``: the workers check every compiled region against its
+    eager graph (``TORCHNEURON_VERIFY_REGIONS=1``, ``compiler/verify.py``); a region that differs
+    fails its record (cause ``numerics``, naming the first differing node)."""
     for s in suites:
         if s not in SUITES and s != "_selftest":
             raise ValueError(f"unknown suite {s!r} (have {', '.join(SUITES)})")
@@ -74,6 +77,7 @@ def run_sweep(suites: list[str], modes: list[str], out: str, *, limit: int | Non
             raise ValueError(f"unknown mode {m!r} (have {', '.join(MODES)})")
     if jobs < 1:
         raise ValueError(f"--jobs {jobs}: need at least one worker")
+    env = dict(os.environ, TORCHNEURON_VERIFY_REGIONS="1") if verify_regions else None
     done = results.done_keys(out)
     todo = [(s, n, m) for s in suites
             for n in select(s, filter_=filter_, shard=shard, limit=limit,
@@ -92,7 +96,7 @@ def run_sweep(suites: list[str], modes: list[str], out: str, *, limit: int | Non
 
     def serve() -> None:
         try:
-            with Worker(timeout=timeout) as w:
+            with Worker(timeout=timeout, env=env) as w:
                 while not errors:
                     try:
                         s, n, m = pending.get_nowait()

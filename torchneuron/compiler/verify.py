@@ -1,0 +1,222 @@
+"""Checking every compiled region against eager execution (``TORCHNEURON_VERIFY_REGIONS``).
+
+A debugging mode for compiled code that gives wrong numbers, in the spirit of PyTorch's accuracy
+minifier (``TORCHDYNAMO_REPRO_LEVEL=4``) but per region and without leaving the program: with
+``TORCHNEURON_VERIFY_REGIONS=1`` each compiled region of a graph also runs its own FX graph on the
+device's eager kernels, on the same inputs, at every call, and the two results are compared
+(tolerance by dtype, :data:`RTOL`). On the first mismatch of a region its nodes are bisected:
+prefixes of the region are compiled (the rest of it eager) until the shortest prefix whose result
+differs is found, and its last node — the first one the compiled code gets wrong — is reported with
+the user's source line. The mismatch is warned about and listed in
+``torchneuron.compiler.get_metrics()["mismatched_regions"]`` (``["region_mismatches"]`` counts the
+differing calls); the compiled result is used either way,
+so the program runs as it would without the check. ``TORCHNEURON_VERIFY_REGIONS=raise`` raises
+:class:`RegionMismatchError` instead.
+
+The check compares the compiler (lowering, torch-mlir, IREE) with the eager kernels on the graph the
+compiler was given: a rewrite of the FX passes before partitioning is in both and is not checked
+here (the sweep's end-to-end comparison with the CPU covers it). Compiled graphs are not stored in
+or loaded from AOTAutograd's cache while the check is on (``graph_cache.enabled``).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.fx as fx
+
+from . import metrics
+
+_MODES = {"0": None, "": None, "false": None, "off": None, "1": "warn", "true": "warn", "on": "warn",
+          "warn": "warn", "raise": "raise"}
+
+# Largest error accepted, relative to the reference's largest magnitude (at least 1). Float32: the
+# compiled and eager kernels sum in different orders and approximate exp/tanh/erf differently (errors of
+# 1e-6–1e-5 of the scale in reductions over thousands of elements). Half types: a fused region keeps
+# intermediates in float32 where the eager kernels round each op's result (bf16: 2^-8 per op).
+RTOL = {torch.float32: 1e-4, torch.float64: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2}
+
+
+def mode() -> str | None:
+    """``None`` (off), ``"warn"`` or ``"raise"``, from ``TORCHNEURON_VERIFY_REGIONS``."""
+    value = os.environ.get("TORCHNEURON_VERIFY_REGIONS", "0").strip().lower()
+    if value not in _MODES:
+        raise ValueError(f"TORCHNEURON_VERIFY_REGIONS={value!r}: expected 0, 1 (warn) or raise")
+    return _MODES[value]
+
+
+def enabled() -> bool:
+    return mode() is not None
+
+
+class RegionMismatchError(AssertionError):
+    """A compiled region's result differs from the eager kernels' (``TORCHNEURON_VERIFY_REGIONS=raise``)."""
+
+
+@dataclass
+class RegionMismatch:
+    graph: str  # graph id (``get_metrics()["graphs"]``)
+    kind: str  # forward, backward, inference
+    region: str
+    output: int  # index of the first differing output of the region
+    detail: str  # what differs (error and tolerance, NaN placement, dtype or shape)
+    node: str | None = None  # the first node the compiled code gets wrong (bisection), if found
+    op: str | None = None
+    source: str | None = None  # the user's source line of that node
+
+    def describe(self) -> str:
+        text = (f"compiled region {self.graph}/{self.region} ({self.kind}) differs from the eager kernels "
+                f"in output {self.output}: {self.detail}")
+        if self.node is not None:
+            text += f"; first differing node {self.node} ({self.op})"
+            if self.source:
+                text += f" at {self.source}"
+        return text
+
+
+def _flat(out) -> list:
+    if isinstance(out, (tuple, list)):
+        return [x for o in out for x in _flat(o)]
+    return [out]
+
+
+def difference(got: torch.Tensor, ref: torch.Tensor) -> str | None:
+    """Why ``got`` (compiled) does not match ``ref`` (eager), or ``None`` if it does."""
+    if got.shape != ref.shape or got.dtype != ref.dtype:
+        return f"{got.dtype}{list(got.shape)} against {ref.dtype}{list(ref.shape)}"
+    if got.numel() == 0:
+        return None
+    a, b = got.detach().cpu(), ref.detach().cpu()
+    if a.is_complex():
+        a, b = torch.view_as_real(a), torch.view_as_real(b)
+    if not a.is_floating_point():
+        wrong = a != b
+        n = int(wrong.sum())
+        if not n:
+            return None
+        i = int(wrong.flatten().nonzero()[0])
+        return f"{n} of {a.numel()} {got.dtype} elements differ (first at flat index {i}: {a.flatten()[i].item()} against {b.flatten()[i].item()})"
+    a, b = a.double(), b.double()
+    nan_a, nan_b = a.isnan(), b.isnan()
+    if not torch.equal(nan_a, nan_b):
+        return f"NaN in {int(nan_a.sum())} elements compiled against {int(nan_b.sum())} eager ({got.dtype}{list(got.shape)})"
+    inf_a, inf_b = a.isinf(), b.isinf()
+    if not torch.equal(inf_a, inf_b) or not torch.equal(a[inf_a], b[inf_b]):
+        return f"infinities differ: {int(inf_a.sum())} elements compiled against {int(inf_b.sum())} eager"
+    finite = ~(nan_b | inf_b)
+    if not bool(finite.any()):
+        return None
+    err = float((a[finite] - b[finite]).abs().max())
+    scale = max(1.0, float(b[finite].abs().max()))
+    tol = RTOL.get(got.dtype, 1e-4) * scale
+    if err <= tol:
+        return None
+    return f"max error {err:.4g} (tolerance {tol:.3g}, reference scale {scale:.4g}, {got.dtype}{list(got.shape)})"
+
+
+def first_difference(got, ref) -> tuple[int, str] | None:
+    """The first output of a region that differs, as (index, reason)."""
+    gots, refs = _flat(got), _flat(ref)
+    if len(gots) != len(refs):
+        return 0, f"{len(gots)} outputs compiled against {len(refs)} eager"
+    for i, (g, r) in enumerate(zip(gots, refs, strict=True)):
+        if isinstance(g, torch.Tensor) and isinstance(r, torch.Tensor):
+            why = difference(g, r)
+            if why is not None:
+                return i, why
+    return None
+
+
+class VerifiedRegion(torch.nn.Module):
+    """A compiled region that runs its eager graph beside it at every call and compares."""
+
+    def __init__(self, name: str, compiled: torch.nn.Module, eager: fx.GraphModule, record: metrics.GraphRecord,
+                 compile_regions):
+        super().__init__()
+        self.region = name
+        self.compiled = compiled
+        self.eager = eager
+        self._record = record
+        self._compile_regions = compile_regions  # graph_compiler._compile_regions (for the bisection)
+        self._reported = False
+
+    def forward(self, *args):
+        ref = self.eager(*args)
+        got = self.compiled(*args)
+        diff = first_difference(got, ref)
+        if diff is not None:
+            self._mismatch(args, ref, *diff)
+        return got
+
+    def _mismatch(self, args, ref, output: int, detail: str) -> None:
+        metrics.count("region_mismatches")
+        mismatch = RegionMismatch(self._record.graph_id, self._record.kind, self.region, output, detail)
+        if self._reported:
+            if mode() == "raise":
+                raise RegionMismatchError(mismatch.describe())
+            return
+        self._reported = True
+        node = first_bad_node(self.eager, args, ref, self._record, self._compile_regions)
+        if node is not None:
+            from .lowering import source_location
+
+            mismatch.node, mismatch.op, mismatch.source = node.name, str(node.target), source_location(node)
+        metrics.add_region_mismatch(asdict(mismatch))
+        if mode() == "raise":
+            raise RegionMismatchError(mismatch.describe())
+        warnings.warn(f"torchneuron: {mismatch.describe()}", RuntimeWarning, stacklevel=2)
+
+
+def _compiled_prefix(region: fx.GraphModule, names: set[str], record: metrics.GraphRecord, compile_regions):
+    """``region`` with the nodes in ``names`` compiled (as regions of their own) and the rest eager."""
+    from .dump import GraphDump
+    from .graph_compiler import _copy
+    from .partition import REGION_PREFIX, split_by_names
+
+    prefix = f"{REGION_PREFIX}verify_"
+    work = split_by_names(_copy(region), names, prefix)
+    parts = [(n, m) for n, m in work.named_children() if n.startswith(prefix) and isinstance(m, fx.GraphModule)]
+    scratch = metrics.GraphRecord(f"{record.graph_id}/verify", record.kind, model=record.model)
+    for name, module in compile_regions(parts, scratch, GraphDump.off()).items():
+        setattr(work, name, module)
+    work.recompile()
+    return work
+
+
+def first_bad_node(region: fx.GraphModule, args, ref, record: metrics.GraphRecord, compile_regions) -> fx.Node | None:
+    """The last node of the shortest prefix of ``region`` (in graph order) whose compiled form makes the
+    region's result differ from ``ref``: the first node the compiler gets wrong. ``None`` when no prefix
+    reproduces the difference (it needs nodes compiled together that a prefix splits apart) or a
+    prefix fails to compile."""
+    nodes = [n for n in region.graph.nodes if n.op == "call_function"]
+
+    def differs(k: int) -> bool:
+        out = _compiled_prefix(region, {n.name for n in nodes[:k]}, record, compile_regions)(*args)
+        return first_difference(out, ref) is not None
+
+    try:
+        if not nodes or not differs(len(nodes)):
+            return None
+        lo, hi = 1, len(nodes)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if differs(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+    except Exception as err:  # noqa: BLE001 -- the mismatch is still reported, without the node
+        warnings.warn(f"torchneuron: could not bisect region {record.graph_id}: {type(err).__name__}: {err}",
+                      RuntimeWarning, stacklevel=2)
+        return None
+    return nodes[lo - 1]
+
+
+def verified(compiled: dict[str, torch.nn.Module], regions: dict[str, fx.GraphModule], record: metrics.GraphRecord,
+             compile_regions) -> dict[str, torch.nn.Module]:
+    """Each compiled region wrapped in a :class:`VerifiedRegion` (regions left as eager graphs stay)."""
+    return {name: module if module is regions.get(name) else
+            VerifiedRegion(name, module, regions[name], record, compile_regions)
+            for name, module in compiled.items()}
