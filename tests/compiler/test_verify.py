@@ -9,7 +9,13 @@ import torch
 
 import torchneuron.compiler.graph_compiler as graph_compiler
 from torchneuron.compiler import get_metrics
-from torchneuron.compiler.verify import RegionMismatchError, difference
+from torchneuron.compiler.verify import (
+    RegionMismatchError,
+    difference,
+    first_difference,
+    float64_reference,
+    uninitialised_outputs,
+)
 
 DEVICE = "neuron"
 
@@ -103,3 +109,62 @@ def test_invalid_setting(monkeypatch):
     monkeypatch.setenv("TORCHNEURON_VERIFY_REGIONS", "sometimes")
     with pytest.raises(Exception, match="TORCHNEURON_VERIFY_REGIONS='sometimes': expected 0, 1 \\(warn\\) or raise"):
         torch.compile(_f, backend="neuron")(torch.randn(4, 8, device=DEVICE))
+
+
+def test_float64_evaluation_excuses_rounding_both_sides_share():
+    """A difference beyond the tolerance is not a mismatch when eager float32 is as far from the float64
+    evaluation as the compiled result (ill-conditioned arithmetic), and is one when only compiled is off."""
+    exact = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    eager = torch.tensor([1.0, 2.01])
+    assert first_difference([torch.tensor([1.0, 1.995])], [eager])[0] == 0  # beyond 1e-4 of the scale
+    assert first_difference([torch.tensor([1.0, 1.995])], [eager], [exact]) is None  # eager is 0.01 off too
+    assert first_difference([torch.tensor([1.0, 2.5])], [eager], [exact])[0] == 0  # 0.5 off: 50 times eager's
+    # integers computed from floats: one off the float64 evaluation is rounding, two is not
+    ints = torch.tensor([5, 6])
+    assert first_difference([torch.tensor([5, 5])], [ints], [torch.tensor([5, 5])]) is None
+    assert first_difference([torch.tensor([5, 3])], [ints], [torch.tensor([5, 5])]) is not None
+
+
+def test_float64_reference_widens_inputs_dtypes_and_devices():
+    def f(x, n):
+        y = torch.ops.prims.convert_element_type.default(x, torch.float32) * (1 / 3)
+        return y + torch.full([2], 0.1, dtype=torch.float32, device=x.device), n + 1
+
+    gm = torch.fx.symbolic_trace(f)
+    x, n = torch.tensor([1.0, 2.0], device=DEVICE), torch.tensor([1, 2], device=DEVICE)
+    y64, n1 = float64_reference(gm, [x, n])
+    assert y64.dtype == torch.float64 and y64.device.type == "cpu" and n1.tolist() == [2, 3]
+    torch.testing.assert_close(y64, torch.tensor([1 / 3 + 0.1, 2 / 3 + 0.1], dtype=torch.float64), rtol=0, atol=1e-15)
+
+
+def test_uninitialised_outputs_are_not_compared():
+    def f(x):
+        buf = torch.ops.aten.empty.memory_format([2, 3], dtype=torch.float32, device=x.device)
+        return x + 1, torch.ops.aten.view.default(buf, [3, 2]), torch.ops.aten.sum.default(buf)
+
+    gm = torch.fx.symbolic_trace(f)
+    assert uninitialised_outputs(gm) == frozenset({1})  # the view of an empty buffer; its sum is not one
+
+
+def test_amplified_rounding_is_told_apart_from_a_wrong_node(verifying, monkeypatch):
+    """A compiled product one float32 ulp off (within rounding) that the region then amplifies a million
+    times is reported as ill-conditioned, not as a wrong result."""
+    original = graph_compiler.PreparedRegion.__init__
+
+    def one_ulp_off(self, name, sub, record, dump):
+        for n in sub.graph.nodes:
+            if n.target is torch.ops.aten.mul.Tensor and n.args[1] == 1.25:
+                n.args = (n.args[0], 1.25 * (1 + 2**-22))
+        sub.recompile()
+        original(self, name, sub, record, dump)
+
+    monkeypatch.setattr(graph_compiler.PreparedRegion, "__init__", one_ulp_off)
+
+    def g(x):
+        a = x * 1.25
+        return (a - 1.25) * 1e6 + x.sin()
+
+    with pytest.warns(RuntimeWarning, match="amplifies float rounding"):
+        torch.compile(g, backend="neuron")(torch.ones(8, device=DEVICE))
+    (mismatch,) = get_metrics()["mismatched_regions"]
+    assert mismatch["amplified"] and mismatch["op"] == "aten.mul.Tensor"

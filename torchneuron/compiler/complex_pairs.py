@@ -17,10 +17,14 @@ know) it is rebuilt as a ``view_as_complex`` view of the pair. Those views run o
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import torch
 from torch import fx
+from torch._guards import detect_fake_mode
+
+from .fourier import FFT_RULES
 
 _aten = torch.ops.aten
 
@@ -43,12 +47,15 @@ class _Rewrite:
         self.pairs: dict[fx.Node, fx.Node] = {}
         self.at: fx.Node | None = None  # the node being rewritten: new nodes go before it
         self.emitted: list[fx.Node] = []  # what the rewrite of ``at`` added so far
+        # factories (arange, full) take no tensor: their values are traced in the graph's fake mode
+        self.fake_mode = detect_fake_mode([n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"])
 
     def _insert(self, place, target, args, kwargs) -> fx.Node:
         """``target(*args, **kwargs)`` inserted at ``place`` (an ``inserting_*`` context), its
         traced value computed on the arguments' ones."""
         vals = fx.node.map_arg((args, kwargs), lambda n: n.meta["val"])
-        val = target(*vals[0], **vals[1])
+        with self.fake_mode if self.fake_mode is not None else contextlib.nullcontext():
+            val = target(*vals[0], **vals[1])
         with place:
             node = self.graph.call_function(target, args, kwargs)
         node.meta["val"] = val
@@ -129,6 +136,14 @@ def _real_operand(a) -> bool:
     return isinstance(a, (int, float)) and not isinstance(a, bool)
 
 
+def _complex_constant(k):
+    """A complex number, also where the backward of a product by one conjugated it in the graph
+    (``_conj(1j)``: a 0-d complex128 tensor on the host); anything else as it is."""
+    if isinstance(k, fx.Node) and k.target is _aten._conj.default and isinstance(k.args[0], complex):
+        return k.args[0].conjugate()
+    return k
+
+
 def _mul(r: _Rewrite, node: fx.Node):
     a, b = node.args[:2]
     if _is_complex(a) and _is_complex(b):
@@ -138,6 +153,11 @@ def _mul(r: _Rewrite, node: fx.Node):
         im = r.emit(_aten.add.Tensor, r.emit(_aten.mul.Tensor, ar, bi), r.emit(_aten.mul.Tensor, ai, br))
         return r.stack(re, im)
     z, k = (a, b) if _is_complex(a) else (b, a)
+    k = _complex_constant(k)
+    if isinstance(k, complex):  # by a complex number c: (c.real·re − c.imag·im, c.real·im + c.imag·re)
+        re, im = r.parts(z)
+        return r.stack(r.emit(_aten.sub.Tensor, r.emit(_aten.mul.Tensor, re, k.real), r.emit(_aten.mul.Tensor, im, k.imag)),
+                       r.emit(_aten.add.Tensor, r.emit(_aten.mul.Tensor, im, k.real), r.emit(_aten.mul.Tensor, re, k.imag)))
     if not _real_operand(k):
         return None
     if isinstance(k, fx.Node):  # a real tensor scales both parts: broadcast it over the pair dimension
@@ -166,6 +186,50 @@ def _same(target):
         return r.emit(target, r.pair(node.args[0]), *node.args[1:], **node.kwargs)
 
     return rule
+
+
+def _magnitude(r: _Rewrite, z: fx.Node) -> fx.Node:
+    """|z| as sqrt(re² + im²) (overflows to inf above ~1.8e19 where ATen's hypot would not)."""
+    re, im = r.parts(z)
+    squares = r.emit(_aten.add.Tensor, r.emit(_aten.mul.Tensor, re, re), r.emit(_aten.mul.Tensor, im, im))
+    return r.emit(_aten.sqrt.default, squares)
+
+
+def _abs(r: _Rewrite, node: fx.Node):
+    return _magnitude(r, node.args[0])  # a real result: the node's users take it
+
+
+def _sgn(r: _Rewrite, node: fx.Node):
+    """z / |z|, and 0 where z is 0."""
+    z = node.args[0]
+    magnitude = r.emit(_aten.unsqueeze.default, _magnitude(r, z), -1)
+    quotient = r.emit(_aten.div.Tensor, r.pair(z), magnitude)
+    return r.emit(_aten.where.ScalarSelf, r.emit(_aten.eq.Scalar, magnitude, 0), 0.0, quotient)
+
+
+def _div(r: _Rewrite, node: fx.Node):
+    """A complex value divided by a real tensor or number (both parts divided)."""
+    z, k = node.args[:2]
+    if not _is_complex(z) or not _real_operand(k) or node.kwargs.get("rounding_mode") is not None:
+        return None
+    if isinstance(k, fx.Node):
+        k = r.emit(_aten.unsqueeze.default, k, -1)
+    return r.emit(_aten.div.Tensor, r.pair(z), k)
+
+
+def _where(r: _Rewrite, node: fx.Node):
+    condition, a, b = node.args
+    if not (_is_complex(a) and _is_complex(b)) or not isinstance(condition, fx.Node):
+        return None
+    return r.emit(_aten.where.self, r.emit(_aten.unsqueeze.default, condition, -1), r.pair(a), r.pair(b))
+
+
+def _scalar_tensor(r: _Rewrite, node: fx.Node):
+    value = complex(node.args[0])
+    device = node.kwargs.get("device", node.meta["val"].device)
+    return r.emit(_aten.stack.default,
+                  [r.emit(_aten.scalar_tensor.default, value.real, dtype=torch.float32, device=device),
+                   r.emit(_aten.scalar_tensor.default, value.imag, dtype=torch.float32, device=device)])
 
 
 def _unsqueeze(r: _Rewrite, node: fx.Node):
@@ -284,6 +348,13 @@ RULES: dict[object, _Rule] = {
     _aten._conj.default: _conj,
     _aten.conj_physical.default: _conj,
     _aten.clone.default: _same(_aten.clone.default),
+    _aten.alias.default: _same(_aten.alias.default),
+    _aten.abs.default: _abs,
+    _aten.sgn.default: _sgn,
+    _aten.div.Tensor: _div,
+    _aten.div.Scalar: _div,
+    _aten.where.self: _where,
+    _aten.scalar_tensor.default: _scalar_tensor,
     _aten.neg.default: _same(_aten.neg.default),
     _aten.unsqueeze.default: _unsqueeze,
     _aten.squeeze.dim: _squeeze_dims,
@@ -297,11 +368,14 @@ RULES: dict[object, _Rule] = {
     _aten.slice.Tensor: _along_dim(_aten.slice.Tensor),
     _aten.select.int: _along_dim(_aten.select.int),
     _aten.cat.default: _cat,
+    **FFT_RULES,  # fourier.py: transforms as DFT matrix products
 }
 
 # the rewrite pays off only where there is complex arithmetic to compile
 _ARITHMETIC = {_aten.polar.default, _aten.complex.default, _aten.mul.Tensor, _aten.mul.Scalar, _aten.add.Tensor, _aten.sub.Tensor,
-               _aten._conj.default, _aten.conj_physical.default, _aten.neg.default}
+               _aten._conj.default, _aten.conj_physical.default, _aten.neg.default,
+               _aten._fft_r2c.default, _aten._fft_c2c.default, _aten._fft_c2r.default, _aten.abs.default,
+               _aten.sgn.default, _aten.div.Tensor, _aten.div.Scalar}
 
 
 def _touches_complex(node: fx.Node) -> bool:
@@ -322,7 +396,8 @@ def complex_as_pairs(gm: fx.GraphModule) -> int:
         out = node.meta.get("val")
         if isinstance(out, torch.Tensor) and out.dtype.is_complex and out.dtype not in _PAIR_DTYPE:
             continue  # complex128 and complex32 stay as they are
-        if any(_val(a) is not None and _val(a).dtype.is_complex and not _is_complex(a) for a in node.all_input_nodes):
+        if any(_val(a) is not None and _val(a).dtype.is_complex and not _is_complex(a)
+               and not isinstance(_complex_constant(a), complex) for a in node.all_input_nodes):
             continue
         r.at = node
         r.emitted = []
@@ -336,7 +411,7 @@ def complex_as_pairs(gm: fx.GraphModule) -> int:
             continue
         if _is_complex(node):
             r.pairs[node] = result
-        else:  # view_as_real: its users take the pair itself
+        else:  # a real result (view_as_real, _fft_c2r): its users take it itself
             node.replace_all_uses_with(result)
         rewritten.append(node)
     # a rewritten complex value still used as complex (output, op not rewritten): a view of its pair

@@ -47,6 +47,7 @@ from .passes import (
     output_vals,
     placeholder_vals,
     random_like_in_eager_layout,
+    round_float_scalars,
     split_outputs,
     wrap_negative_indices,
 )
@@ -67,6 +68,7 @@ class PreparedRegion:
         self.recipe = split_outputs(sub)
         self.kept = drop_unused_placeholders(sub)
         bool_inputs_as_bytes(sub)
+        round_float_scalars(sub)
         in_vals, out_vals = placeholder_vals(sub), output_vals(sub)
         self.in_dtypes = [v.dtype for v in in_vals]
         self.out_dtypes = [v.dtype for v in out_vals]

@@ -41,6 +41,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import torch
@@ -247,6 +248,57 @@ def compare_in_promoted_dtype(gm: fx.GraphModule) -> int:
         changed += 1
     if changed:
         graph.lint()
+        gm.recompile()
+    return changed
+
+
+# ops whose float arguments become constants of the computed dtype, besides the pointwise ones
+_FILLS = (_aten.full.default, _aten.full_like.default, _aten.new_full.default, _aten.fill.Scalar,
+          _aten.scalar_tensor.default, _aten.where.ScalarOther, _aten.where.ScalarSelf, _aten.where.Scalar)
+
+
+def _scalar_dtype(node: fx.Node) -> torch.dtype:
+    """The dtype a float argument of ``node`` is converted to: the result's if floating, else that
+    of a floating tensor operand (a comparison), else the default float dtype it promotes to."""
+    out = node.meta.get("val")
+    if isinstance(out, torch.Tensor) and out.is_floating_point():
+        return out.dtype
+    for a in node.all_input_nodes:
+        v = a.meta.get("val")
+        if isinstance(v, torch.Tensor) and v.is_floating_point():
+            return v.dtype
+    return torch.get_default_dtype()
+
+
+def round_float_scalars(gm: fx.GraphModule) -> int:
+    """Round each Python float argument of a pointwise op (and of a fill) to the nearest value of the
+    dtype it is converted to, as ATen does: torch-mlir turns the float into an f64 constant and a
+    ``stablehlo.convert``, which IREE 3.13 folds by rounding toward zero (``x * 0.857142857…`` used
+    0.857142806 instead of 0.857142866, one float32 ulp low; the source position of an
+    ``align_corners`` resize then fell from 6 to 5.9999995 and its index from 6 to 5, found by
+    ``TORCHNEURON_VERIFY_REGIONS`` on CSATv2). A value the dtype holds exactly converts exactly in
+    any rounding mode. float64 computations keep their arguments. Returns the arguments changed."""
+    changed = 0
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        if torch.Tag.pointwise not in node.target.tags and node.target not in _FILLS:
+            continue
+        dtype = _scalar_dtype(node)
+        if dtype in (torch.float64, torch.complex128) or not dtype.is_floating_point:
+            continue
+
+        def rounded(a, dtype=dtype):
+            nonlocal changed
+            if type(a) is not float or not math.isfinite(a):
+                return a
+            r = torch.tensor(a, dtype=torch.float64).to(dtype).item()
+            changed += r != a
+            return r
+
+        node.args = tuple(rounded(a) for a in node.args)
+        node.kwargs = {k: rounded(v) for k, v in node.kwargs.items()}
+    if changed:
         gm.recompile()
     return changed
 

@@ -246,8 +246,10 @@ def format_report(rep: dict, top: int = 15) -> str:
                      f"{m['compile_seconds']:.1f} s compiling")
     if rep.get("verified_regions"):
         found = (m or {}).get("mismatched_regions", [])
-        lines.append(f"region check (TORCHNEURON_VERIFY_REGIONS): {len(found)} compiled regions differ from the "
-                     f"eager kernels ({(m or {}).get('region_mismatches', 0)} calls)")
+        wrong = sum(not d["amplified"] for d in found)
+        lines.append(f"region check (TORCHNEURON_VERIFY_REGIONS): {wrong} compiled regions compute a wrong result, "
+                     f"{len(found) - wrong} amplify float rounding (ill-conditioned); "
+                     f"{(m or {}).get('region_mismatches', 0)} calls differed from the eager kernels")
         for d in found[:top]:
             lines.append(f"  {RegionMismatch(**d).describe()}")
     return "\n".join(lines)
