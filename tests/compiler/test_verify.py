@@ -123,6 +123,10 @@ def test_float64_evaluation_excuses_rounding_both_sides_share():
     ints = torch.tensor([5, 6])
     assert first_difference([torch.tensor([5, 5])], [ints], [torch.tensor([5, 5])]) is None
     assert first_difference([torch.tensor([5, 3])], [ints], [torch.tensor([5, 5])]) is not None
+    # a comparison at a rounding boundary: compiled True where eager said False, and float64 agrees
+    flags = torch.tensor([True, False])
+    assert first_difference([torch.tensor([True, True])], [flags], [torch.tensor([True, True])]) is None
+    assert first_difference([torch.tensor([True, True])], [flags], [torch.tensor([True, False])]) is not None
 
 
 def test_float64_reference_widens_inputs_dtypes_and_devices():
@@ -168,3 +172,20 @@ def test_amplified_rounding_is_told_apart_from_a_wrong_node(verifying, monkeypat
         torch.compile(g, backend="neuron")(torch.ones(8, device=DEVICE))
     (mismatch,) = get_metrics()["mismatched_regions"]
     assert mismatch["amplified"] and mismatch["op"] == "aten.mul.Tensor"
+
+
+def test_mismatch_reproducer_is_saved_with_the_dumps(verifying, sin_miscompiled, monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCHNEURON_DUMP_DIR", str(tmp_path))
+    x = torch.randn(4, 8)
+    with pytest.warns(RuntimeWarning, match="inputs and graph saved in"):
+        torch.compile(_f, backend="neuron")(x.to(DEVICE))
+    (mismatch,) = get_metrics()["mismatched_regions"]
+    saved = torch.load(mismatch["reproducer"], weights_only=False)
+    assert saved["mismatch"]["op"] == "aten.sin.default" and "torch.ops.aten.sin.default" in saved["graph"]
+    (inp,) = [t for t in saved["inputs"] if isinstance(t, torch.Tensor)]
+    torch.testing.assert_close(inp, x)
+    # the saved graph runs: eager on the host it gives the correct (sin) result
+    outputs = saved["module"](*saved["inputs"])
+    a = x * 3 + 1
+    expected = torch.sin(a) ** 2 + a
+    assert any(o.shape == expected.shape and torch.allclose(o.cpu(), expected) for o in outputs)

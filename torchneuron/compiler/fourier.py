@@ -128,8 +128,8 @@ def fft_c2c(r, node: fx.Node):
 
 
 def fft_c2r(r, node: fx.Node):
-    """Only the pair's ``view`` is the rule's result: c2r's output is real, so the node's users take
-    it directly (see ``complex_as_pairs``: a rule for a real-valued node returns its value)."""
+    """The result is real: the node's users take it directly (``complex_as_pairs``: the rule of a
+    real-valued node returns that value, not a pair)."""
     z, dims, norm, n = node.args
     val = z.meta["val"]
     if val.dtype != torch.complex64:

@@ -327,7 +327,7 @@ def compile_graph(gm: fx.GraphModule, kind: str, options: CompileOptions):
             compiled = {name: _alone(PreparedRegion(name, _copy(sub), record, dump), record, dump)
                         for name, sub in regions}
         if verify.enabled():  # TORCHNEURON_VERIFY_REGIONS: each region checked against its eager graph
-            compiled = verify.verified(compiled, dict(regions), record, _compile_regions)
+            compiled = verify.verified(compiled, dict(regions), record, _compile_regions, dump)
         for name, module in compiled.items():
             setattr(outer, name, module)
     except Exception as err:

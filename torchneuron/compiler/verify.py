@@ -76,6 +76,7 @@ class RegionMismatch:
     # that node's own result is within rounding of the eager kernels': the region amplifies rounding
     # (ill-conditioned), nothing is computed wrong
     amplified: bool = False
+    reproducer: str | None = None  # the saved inputs and graph (TORCHNEURON_DUMP_DIR)
 
     def describe(self) -> str:
         text = (f"compiled region {self.graph}/{self.region} ({self.kind}) differs from the eager kernels "
@@ -84,6 +85,8 @@ class RegionMismatch:
             text += f"; first differing node {self.node} ({self.op})"
             if self.source:
                 text += f" at {self.source}"
+        if self.reproducer:
+            text += f"; inputs and graph saved in {self.reproducer}"
         if self.amplified:
             text += ("; that node's own result matches the eager kernels' within rounding: the rest of the "
                      "region amplifies float rounding (ill-conditioned), not a wrong result")
@@ -167,15 +170,18 @@ def float64_reference(region: fx.GraphModule, args) -> list | None:
 def _excused(got: torch.Tensor, ref: torch.Tensor, exact: torch.Tensor) -> bool:
     """Whether a difference between compiled and eager results is rounding both share, judged against
     ``exact``, the float64 evaluation: the compiled error is at most :data:`MULTIPLIER` times the eager
-    kernels' own (or the tolerance); an integer derived from floats is at most 1 off."""
+    kernels' own (or the tolerance); an integer derived from floats is at most 1 off; a boolean that
+    differs from eager's agrees with the float64 evaluation."""
     if not isinstance(exact, torch.Tensor) or exact.shape != got.shape:
         return False
     a, b, t = got.detach().cpu(), ref.detach().cpu(), exact
     if a.is_complex():
         a, b, t = torch.view_as_real(a), torch.view_as_real(b), torch.view_as_real(t)
     a, b, t = a.double(), b.double(), t.double()
+    if got.dtype == torch.bool:  # a comparison of floats: where compiled and eager disagree, compiled is exact
+        return bool(((a == b) | (a == t)).all())
     if not got.is_floating_point() and not got.is_complex():
-        return got.dtype != torch.bool and bool(((a - t).abs() <= 1).all())
+        return bool(((a - t).abs() <= 1).all())
     if not torch.equal(a.isnan(), t.isnan()) or not torch.equal(a.isinf(), t.isinf()):
         return False
     finite = t.isfinite() & b.isfinite()
@@ -227,14 +233,15 @@ class VerifiedRegion(torch.nn.Module):
     """A compiled region that runs its eager graph beside it at every call and compares."""
 
     def __init__(self, name: str, compiled: torch.nn.Module, eager: fx.GraphModule, record: metrics.GraphRecord,
-                 compile_regions):
+                 compile_regions, dump=None):
         super().__init__()
         self.region = name
         self.compiled = compiled
         self.eager = eager
         self._record = record
+        self._dump = dump  # GraphDump: where a mismatch's reproducer goes (TORCHNEURON_DUMP_DIR)
         self._compile_regions = compile_regions  # graph_compiler._compile_regions (for the bisection)
-        self._reported = False
+        self._first: RegionMismatch | None = None
         self._skip = uninitialised_outputs(eager)
 
     def forward(self, *args):
@@ -249,25 +256,36 @@ class VerifiedRegion(torch.nn.Module):
 
     def _mismatch(self, args, ref, exact: list | None, output: int, detail: str) -> None:
         metrics.count("region_mismatches")
-        mismatch = RegionMismatch(self._record.graph_id, self._record.kind, self.region, output, detail)
-        if self._reported:
-            if mode() == "raise":
-                raise RegionMismatchError(mismatch.describe())
+        if self._first is not None:  # reported (and bisected) at its first mismatch
+            if mode() == "raise" and not self._first.amplified:
+                raise RegionMismatchError(self._first.describe())
             return
-        self._reported = True
+        mismatch = RegionMismatch(self._record.graph_id, self._record.kind, self.region, output, detail)
+        self._first = mismatch
         node = first_bad_node(self.eager, args, ref, exact, self._skip, self._record, self._compile_regions)
         if node is not None:
             from .lowering import source_location
 
             mismatch.node, mismatch.op, mismatch.source = node.name, str(node.target), source_location(node)
             mismatch.amplified = not node_differs(self.eager, node, args, self._record, self._compile_regions)
+        self._save_reproducer(args, mismatch)
         metrics.add_region_mismatch(asdict(mismatch))
-        if mismatch.amplified:
-            warnings.warn(f"torchneuron: {mismatch.describe()}", RuntimeWarning, stacklevel=2)
-            return
-        if mode() == "raise":
+        if mode() == "raise" and not mismatch.amplified:
             raise RegionMismatchError(mismatch.describe())
         warnings.warn(f"torchneuron: {mismatch.describe()}", RuntimeWarning, stacklevel=2)
+
+
+    def _save_reproducer(self, args, mismatch: RegionMismatch) -> None:
+        """With ``TORCHNEURON_DUMP_DIR``: ``<region>.mismatch.pt`` beside the region's dumps, holding the
+        mismatch, the region's graph (as a ``GraphModule`` and as code) and its inputs on the host, for a
+        bug report: ``torch.load(path, weights_only=False)``, then ``d["module"](*d["inputs"])`` runs it."""
+        if self._dump is None or not self._dump.enabled:
+            return
+        inputs = [a.detach().cpu() if isinstance(a, torch.Tensor) else a for a in args]
+        path = self._dump.dir / f"{self.region}.mismatch.pt"
+        torch.save({"mismatch": asdict(mismatch), "module": self.eager, "graph": self.eager.code, "inputs": inputs},
+                   path)
+        mismatch.reproducer = str(path)
 
 
 def _compiled_prefix(region: fx.GraphModule, names: set[str], record: metrics.GraphRecord, compile_regions):
@@ -339,8 +357,8 @@ def first_bad_node(region: fx.GraphModule, args, ref, exact: list | None, skip: 
 
 
 def verified(compiled: dict[str, torch.nn.Module], regions: dict[str, fx.GraphModule], record: metrics.GraphRecord,
-             compile_regions) -> dict[str, torch.nn.Module]:
+             compile_regions, dump=None) -> dict[str, torch.nn.Module]:
     """Each compiled region wrapped in a :class:`VerifiedRegion` (regions left as eager graphs stay)."""
     return {name: module if module is regions.get(name) else
-            VerifiedRegion(name, module, regions[name], record, compile_regions)
+            VerifiedRegion(name, module, regions[name], record, compile_regions, dump)
             for name, module in compiled.items()}
