@@ -66,6 +66,7 @@ def decompositions(convolution_backward: bool = True) -> dict:
     from .foreach import foreach_decompositions
     from .grid_sampling import grid_sampling_decompositions
     from .histogram import histogram_decompositions
+    from .hypot import hypot_decompositions
     from .integer_inputs import integer_input_decompositions
     from .modulo import modulo_decompositions
     from .padding import padding_decompositions
@@ -90,6 +91,7 @@ def decompositions(convolution_backward: bool = True) -> dict:
     table.update(integer_input_decompositions())
     table.update(modulo_decompositions())
     table.update(extrema_decompositions())
+    table.update(hypot_decompositions())
     return table
 
 
