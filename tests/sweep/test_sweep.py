@@ -209,3 +209,15 @@ def test_verify_regions_fails_a_run_whose_backward_is_miscompiled(monkeypatch):
     monkeypatch.undo()
     torch._dynamo.reset()
     assert check("_selftest", "tiny", "compile")["status"] == "pass"
+
+
+def test_report_region_checks():
+    recs = [
+        {"suite": "t", "model": "a", "mode": "compile", "status": "pass", "region_mismatches": 0, "amplified_regions": 1},
+        {"suite": "t", "model": "b", "mode": "compile", "status": "fail", "region_mismatches": 1, "amplified_regions": 0},
+        {"suite": "t", "model": "c", "mode": "compile", "status": "pass"},  # not region-checked
+    ]
+    assert report.region_checks(recs) == {"compile": {"checked": 2, "wrong": ["b"], "amplified": ["a"]}}
+    assert "| compile | 2 | 1 (b) | 1 (a) |" in report.render_markdown(recs)
+    assert "Region check" not in report.render_markdown(recs[2:])
+    assert "<td>compile</td><td>2</td><td>b</td><td>a</td>" in report.render_html(recs)

@@ -102,6 +102,38 @@ def _numerics_lines(recs: list[dict]) -> list[str]:
     return lines
 
 
+def region_checks(recs: list[dict]) -> dict:
+    """Per mode, the runs made with ``--verify-regions`` (records with ``region_mismatches``): how many,
+    how many had a region computing a wrong result, how many only amplified rounding (with the models)."""
+    out: dict = {}
+    for r in recs:
+        if "region_mismatches" not in r:
+            continue
+        m = out.setdefault(r["mode"], {"checked": 0, "wrong": [], "amplified": []})
+        m["checked"] += 1
+        if r["region_mismatches"]:
+            m["wrong"].append(r["model"])
+        if r.get("amplified_regions"):
+            m["amplified"].append(r["model"])
+    return out
+
+
+def _region_check_lines(recs: list[dict]) -> list[str]:
+    checks = region_checks(recs)
+    if not checks:
+        return []
+    lines = ["", "## Region check (`--verify-regions`)", "",
+             "Every compiled region also ran on the eager kernels and was compared (docs/compile.md). A region "
+             "computing a wrong result fails its run; one whose first differing node is itself accurate "
+             "amplifies float rounding (ill-conditioned) and does not.", "",
+             "| mode | runs checked | wrong results | amplified rounding only |", "|---|---|---|---|"]
+    for mode, m in checks.items():
+        wrong = f"{len(m['wrong'])} ({', '.join(m['wrong'][:8])})" if m["wrong"] else "0"
+        amplified = f"{len(m['amplified'])} ({', '.join(m['amplified'][:8])})" if m["amplified"] else "0"
+        lines.append(f"| {mode} | {m['checked']} | {wrong} | {amplified} |")
+    return lines
+
+
 def _pct(p: int, t: int) -> str:
     return f"{100.0 * p / t:.1f}%" if t else "n/a"
 
@@ -124,6 +156,7 @@ def render_markdown(recs: list[dict], *, title: str = "Model sweep report", top:
     for (suite, mode), c in sorted(s["rows"].items()):
         out.append(f"| {suite} | {mode} | {_pct(c['pass'], c['pass'] + c['fail'])} | {c['pass']} | {c['fail']} | {c['skip']} |")
     out += _numerics_lines(recs)
+    out += _region_check_lines(recs)
     out += ["", f"## Top fallback ops (of {len(s['fallback'])})", "",
             "| op | models | calls |", "|---|---|---|"]
     for op, n in s["fallback_models"].most_common(top):
@@ -170,6 +203,13 @@ def render_html(recs: list[dict], *, title: str = "Model sweep report", top: int
         med, mx = _errors(n)
         parts.append(f"<tr><td>{e(mode)}</td><td>{n['relative']}</td><td>{med}</td><td>{mx}</td>"
                      f"<td>{e(', '.join(n['absolute']))}</td><td>{n['unrecorded']}</td></tr>")
+    checks = region_checks(recs)
+    if checks:
+        parts.append("</table><h2>Region check (--verify-regions)</h2><table><tr><th>mode</th><th>runs checked</th>"
+                     "<th>wrong results</th><th>amplified rounding only</th></tr>")
+        for mode, m in checks.items():
+            parts.append(f"<tr><td>{e(mode)}</td><td>{m['checked']}</td><td>{e(', '.join(m['wrong']) or '0')}</td>"
+                         f"<td>{e(', '.join(m['amplified']) or '0')}</td></tr>")
     parts.append("</table><h2>Top fallback ops</h2><table><tr><th>op</th><th>models</th><th>calls</th><th></th></tr>")
     mx = max(s["fallback_models"].values(), default=1)
     for op, n in s["fallback_models"].most_common(top):
