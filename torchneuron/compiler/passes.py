@@ -68,6 +68,7 @@ def decompositions(convolution_backward: bool = True) -> dict:
     from .histogram import histogram_decompositions
     from .hypot import hypot_decompositions
     from .integer_inputs import integer_input_decompositions
+    from .masked_scatter import masked_scatter_decompositions
     from .modulo import modulo_decompositions
     from .padding import padding_decompositions
     from .pooling import pooling_decompositions
@@ -92,6 +93,7 @@ def decompositions(convolution_backward: bool = True) -> dict:
     table.update(modulo_decompositions())
     table.update(extrema_decompositions())
     table.update(hypot_decompositions())
+    table.update(masked_scatter_decompositions())
     return table
 
 
