@@ -103,3 +103,49 @@ def test_check_counts_graph_breaks_and_neuron_graphs(tmp_path):
     assert any("graph_break()" in r for r in d["graph_break_reasons"])
     assert rep["compile"]["neuron_compiler"]["graphs"] == 2
     assert rep["compile"]["neuron_compiler"]["library_nodes"] == 0  # no convolution here
+
+
+def test_check_verify_regions_reports_a_miscompiled_node(tmp_path, monkeypatch, capsys):
+    """``torchneuron check --verify-regions``: a compiler bug put there on purpose (compiled ``sin``
+    computes ``cos``) is reported with the node and the script's line."""
+    pytest.importorskip("iree.compiler")
+    pytest.importorskip("torch_mlir")
+    import torch
+
+    import torchneuron.compiler.graph_compiler as graph_compiler
+
+    original = graph_compiler.PreparedRegion.__init__
+
+    def buggy(self, name, sub, record, dump):
+        for n in sub.graph.nodes:
+            if n.target is torch.ops.aten.sin.default:
+                n.target = torch.ops.aten.cos.default
+        sub.recompile()
+        original(self, name, sub, record, dump)
+
+    monkeypatch.setattr(graph_compiler.PreparedRegion, "__init__", buggy)
+    monkeypatch.delenv("TORCHNEURON_VERIFY_REGIONS", raising=False)
+    monkeypatch.setenv("TORCHNEURON_CACHE_DIR", str(tmp_path / "cache"))
+    torch._dynamo.reset()
+    p = tmp_path / "verified_script.py"
+    p.write_text(textwrap.dedent('''\
+        import torch
+
+
+        @torch.compile(backend="neuron")
+        def f(x):
+            return (x * 3).sin().exp() + 1
+
+
+        f(torch.randn(8, device="neuron"))
+        '''))
+    try:
+        assert cli.main(["check", "--verify-regions", str(p)]) == 0
+    finally:
+        import os
+
+        os.environ.pop("TORCHNEURON_VERIFY_REGIONS", None)  # set by the command for the script
+        torch._dynamo.reset()
+    out = capsys.readouterr().out
+    assert "region check (TORCHNEURON_VERIFY_REGIONS): 1 compiled regions compute a wrong result" in out
+    assert "first differing node sin (aten.sin.default) at" in out and "verified_script.py:6" in out
