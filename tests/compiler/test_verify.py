@@ -189,3 +189,35 @@ def test_mismatch_reproducer_is_saved_with_the_dumps(verifying, sin_miscompiled,
     a = x * 3 + 1
     expected = torch.sin(a) ** 2 + a
     assert any(o.shape == expected.shape and torch.allclose(o.cpu(), expected) for o in outputs)
+
+
+def test_sum_off_by_its_rounding_bound_is_amplified_not_wrong(verifying, monkeypatch):
+    """A sum of cancelling terms may differ from eager's by ~1e-4 of the sum of its terms' magnitudes
+    (another summation order): reported as rounding, although beyond the tolerance of its result."""
+    original = graph_compiler.PreparedRegion.__init__
+
+    def reordered_sum(self, name, sub, record, dump):
+        for n in list(sub.graph.nodes):
+            if n.target is torch.ops.aten.sum.dim_IntList:
+                x = n.args[0]
+                with sub.graph.inserting_before(n):
+                    a = sub.graph.call_function(torch.ops.aten.abs.default, (x,))
+                    b = sub.graph.call_function(torch.ops.aten.mul.Tensor, (a, 2e-7))
+                    c = sub.graph.call_function(torch.ops.aten.add.Tensor, (x, b))
+                a.meta["val"] = x.meta["val"].abs()
+                b.meta["val"] = a.meta["val"] * 2e-7
+                c.meta["val"] = x.meta["val"] + b.meta["val"]
+                n.args = (c, *n.args[1:])
+        sub.recompile()
+        original(self, name, sub, record, dump)
+
+    monkeypatch.setattr(graph_compiler.PreparedRegion, "__init__", reordered_sum)
+
+    def g(x):
+        return (x * 2).sum(-1) + 1
+
+    x = torch.cat([torch.full((4, 5000), 1.5), torch.full((4, 5000), -1.5)], -1)  # sums to 0 from 15000 of magnitude
+    with pytest.warns(RuntimeWarning, match="amplifies float rounding"):
+        torch.compile(g, backend="neuron")(x.to(DEVICE))
+    (mismatch,) = get_metrics()["mismatched_regions"]
+    assert mismatch["amplified"] and mismatch["op"] == "aten.sum.dim_IntList"

@@ -318,13 +318,34 @@ def node_differs(region: fx.GraphModule, node: fx.Node, args, record: metrics.Gr
     head.graph.eliminate_dead_code()
     head.recompile()
     try:
-        ref = head(*args)
+        interpreter = fx.Interpreter(head, garbage_collect_values=False)
+        ref = interpreter.run(*args)
         compiled = _compiled_prefix(head, {n.name for n in head.graph.nodes if n.op == "call_function"}, record,
                                     compile_regions)
         got = compiled(*args)
     except Exception:  # noqa: BLE001 -- cannot tell: counted as a difference
         return True
+    if last.target in _SUMS and _within_summation_rounding(last, interpreter.env, got, ref):
+        return False
     return first_difference(got, ref, float64_reference(head, args), uninitialised_outputs(head)) is not None
+
+
+_SUMS = {torch.ops.aten.sum.dim_IntList, torch.ops.aten.sum.default, torch.ops.aten.mean.dim, torch.ops.aten.mean.default}
+
+
+def _within_summation_rounding(node: fx.Node, env: dict, got, ref) -> bool:
+    """A sum's rounding error grows with the sum of its terms' magnitudes, not with its result: IREE
+    sums float32 in a different order than ATen's cascade, and over thousands of terms that cancel
+    (a BatchNorm's backward) the two differ by more than the tolerance of the result. Whether the
+    compiled sum is within that tolerance of the sum of magnitudes (the same reduction of ``|x|``)."""
+    terms = env.get(node.args[0]) if isinstance(node.args[0], fx.Node) else None
+    if not isinstance(terms, torch.Tensor) or not terms.is_floating_point():
+        return False
+    magnitudes = node.target(terms.abs(), *node.args[1:], **node.kwargs)
+    g, r = _flat(got)[0], _flat(ref)[0]
+    err = (g.detach().cpu().double() - r.detach().cpu().double()).abs()
+    bound = RTOL.get(r.dtype, 1e-4) * magnitudes.detach().cpu().double().clamp(min=1.0)
+    return bool((err <= bound).all())
 
 
 def first_bad_node(region: fx.GraphModule, args, ref, exact: list | None, skip: frozenset[int],
