@@ -221,3 +221,14 @@ def test_sum_off_by_its_rounding_bound_is_amplified_not_wrong(verifying, monkeyp
         torch.compile(g, backend="neuron")(x.to(DEVICE))
     (mismatch,) = get_metrics()["mismatched_regions"]
     assert mismatch["amplified"] and mismatch["op"] == "aten.sum.dim_IntList"
+
+
+def test_source_line_under_a_default_device(verifying, sin_miscompiled):
+    """Under ``torch.set_default_device`` the recorded trace ends in PyTorch's device mode: the user's
+    line is the innermost frame outside PyTorch."""
+    with torch.device(DEVICE):
+        x = torch.randn(4, 8)
+        with pytest.warns(RuntimeWarning, match=r"first differing node sin .* at .*test_verify.py"):
+            torch.compile(_f, backend="neuron")(x)
+    (mismatch,) = get_metrics()["mismatched_regions"]
+    assert "b = torch.sin(a)" in mismatch["source"]

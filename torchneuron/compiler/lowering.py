@@ -430,5 +430,11 @@ def source_location(node: fx.Node) -> str | None:
     frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', trace)
     if not frames:
         return trace.strip().splitlines()[-1]
-    f, line, fn, code = frames[-1]
+    # the innermost frame outside PyTorch itself: under torch.set_default_device the recorded
+    # trace ends in the default-device mode's __torch_function__ (torch/utils/_device.py)
+    user = [fr for fr in frames if not os.path.realpath(fr[0]).startswith(_TORCH_DIR)]
+    f, line, fn, code = (user or frames)[-1]
     return f"{f}:{line} in {fn}: {code.strip()}"
+
+
+_TORCH_DIR = os.path.realpath(os.path.dirname(torch.__file__)) + os.sep
