@@ -47,6 +47,8 @@ from dataclasses import dataclass
 import torch
 import torch.fx as fx
 
+from ..ops import dtype_policy
+
 _aten = torch.ops.aten
 
 # Overloads decomposed before lowering, on top of torch-mlir's table.
@@ -281,7 +283,8 @@ def round_float_scalars(gm: fx.GraphModule) -> int:
     0.857142806 instead of 0.857142866, one float32 ulp low; the source position of an
     ``align_corners`` resize then fell from 6 to 5.9999995 and its index from 6 to 5, found by
     ``TORCHNEURON_VERIFY_REGIONS`` on CSATv2). A value the dtype holds exactly converts exactly in
-    any rounding mode. float64 computations keep their arguments. Returns the arguments changed."""
+    any rounding mode. float64 computations round to float32, as the chip computes them, unless
+    ``TORCHNEURON_EXACT_DTYPES`` keeps them float64. Returns the arguments changed."""
     changed = 0
     for node in gm.graph.nodes:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
@@ -289,6 +292,8 @@ def round_float_scalars(gm: fx.GraphModule) -> int:
         if torch.Tag.pointwise not in node.target.tags and node.target not in _FILLS:
             continue
         dtype = _scalar_dtype(node)
+        if dtype == torch.float64 and not dtype_policy.exact():
+            dtype = torch.float32  # computed as float32 by the chip (ops/dtype_policy.py), eager and compiled
         if dtype in (torch.float64, torch.complex128) or not dtype.is_floating_point:
             continue
 
