@@ -6,8 +6,8 @@ import warnings
 
 import pytest
 import torch
+from miscompile import miscompile, retargeted
 
-import torchneuron.compiler.graph_compiler as graph_compiler
 from torchneuron.compiler import get_metrics
 from torchneuron.compiler.verify import (
     RegionMismatchError,
@@ -54,16 +54,7 @@ def verifying(monkeypatch):
 @pytest.fixture
 def sin_miscompiled(monkeypatch):
     """A compiler bug on purpose: every compiled ``sin`` computes ``cos`` (the eager graph is untouched)."""
-    original = graph_compiler.PreparedRegion.__init__
-
-    def buggy(self, name, sub, record, dump):
-        for n in sub.graph.nodes:
-            if n.target is torch.ops.aten.sin.default:
-                n.target = torch.ops.aten.cos.default
-        sub.recompile()
-        original(self, name, sub, record, dump)
-
-    monkeypatch.setattr(graph_compiler.PreparedRegion, "__init__", buggy)
+    miscompile(monkeypatch, retargeted(torch.ops.aten.sin.default, torch.ops.aten.cos.default))
 
 
 def test_correct_training_has_no_mismatch(verifying):
@@ -153,16 +144,12 @@ def test_uninitialised_outputs_are_not_compared():
 def test_amplified_rounding_is_told_apart_from_a_wrong_node(verifying, monkeypatch):
     """A compiled product one float32 ulp off (within rounding) that the region then amplifies a million
     times is reported as ill-conditioned, not as a wrong result."""
-    original = graph_compiler.PreparedRegion.__init__
-
-    def one_ulp_off(self, name, sub, record, dump):
-        for n in sub.graph.nodes:
+    def one_ulp_off(graph):
+        for n in graph.nodes:
             if n.target is torch.ops.aten.mul.Tensor and n.args[1] == 1.25:
                 n.args = (n.args[0], 1.25 * (1 + 2**-22))
-        sub.recompile()
-        original(self, name, sub, record, dump)
 
-    monkeypatch.setattr(graph_compiler.PreparedRegion, "__init__", one_ulp_off)
+    miscompile(monkeypatch, one_ulp_off)
 
     def g(x):
         a = x * 1.25
@@ -194,24 +181,20 @@ def test_mismatch_reproducer_is_saved_with_the_dumps(verifying, sin_miscompiled,
 def test_sum_off_by_its_rounding_bound_is_amplified_not_wrong(verifying, monkeypatch):
     """A sum of cancelling terms may differ from eager's by ~1e-4 of the sum of its terms' magnitudes
     (another summation order): reported as rounding, although beyond the tolerance of its result."""
-    original = graph_compiler.PreparedRegion.__init__
-
-    def reordered_sum(self, name, sub, record, dump):
-        for n in list(sub.graph.nodes):
+    def reordered_sum(graph):
+        for n in list(graph.nodes):
             if n.target is torch.ops.aten.sum.dim_IntList:
                 x = n.args[0]
-                with sub.graph.inserting_before(n):
-                    a = sub.graph.call_function(torch.ops.aten.abs.default, (x,))
-                    b = sub.graph.call_function(torch.ops.aten.mul.Tensor, (a, 2e-7))
-                    c = sub.graph.call_function(torch.ops.aten.add.Tensor, (x, b))
+                with graph.inserting_before(n):
+                    a = graph.call_function(torch.ops.aten.abs.default, (x,))
+                    b = graph.call_function(torch.ops.aten.mul.Tensor, (a, 2e-7))
+                    c = graph.call_function(torch.ops.aten.add.Tensor, (x, b))
                 a.meta["val"] = x.meta["val"].abs()
                 b.meta["val"] = a.meta["val"] * 2e-7
                 c.meta["val"] = x.meta["val"] + b.meta["val"]
                 n.args = (c, *n.args[1:])
-        sub.recompile()
-        original(self, name, sub, record, dump)
 
-    monkeypatch.setattr(graph_compiler.PreparedRegion, "__init__", reordered_sum)
+    miscompile(monkeypatch, reordered_sum)
 
     def g(x):
         return (x * 2).sum(-1) + 1

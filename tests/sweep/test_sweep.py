@@ -186,19 +186,12 @@ def test_report_numerics_of_passing_runs():
 def test_verify_regions_fails_a_run_whose_backward_is_miscompiled(monkeypatch):
     """A compiler bug the end-to-end comparison cannot see (the training step is compared with nothing):
     with ``TORCHNEURON_VERIFY_REGIONS`` the record fails and names the node."""
-    import torchneuron.compiler.graph_compiler as graph_compiler
+    from miscompile import miscompile, retargeted
+
     from torchneuron.sweep.runner import check
 
-    original = graph_compiler.PreparedRegion.__init__
-
-    def buggy(self, name, sub, record, dump):  # ReLU's backward mask inverted, in compiled code only
-        for n in sub.graph.nodes:
-            if n.target is torch.ops.aten.le.Scalar:
-                n.target = torch.ops.aten.ge.Scalar
-        sub.recompile()
-        original(self, name, sub, record, dump)
-
-    monkeypatch.setattr(graph_compiler.PreparedRegion, "__init__", buggy)
+    # ReLU's backward mask inverted, in compiled code only
+    miscompile(monkeypatch, retargeted(torch.ops.aten.le.Scalar, torch.ops.aten.ge.Scalar))
     torch._dynamo.reset()
     assert check("_selftest", "tiny", "compile")["status"] == "pass"  # unseen without the check
     monkeypatch.setenv("TORCHNEURON_VERIFY_REGIONS", "1")

@@ -111,19 +111,9 @@ def test_check_verify_regions_reports_a_miscompiled_node(tmp_path, monkeypatch, 
     pytest.importorskip("iree.compiler")
     pytest.importorskip("torch_mlir")
     import torch
+    from miscompile import miscompile, retargeted
 
-    import torchneuron.compiler.graph_compiler as graph_compiler
-
-    original = graph_compiler.PreparedRegion.__init__
-
-    def buggy(self, name, sub, record, dump):
-        for n in sub.graph.nodes:
-            if n.target is torch.ops.aten.sin.default:
-                n.target = torch.ops.aten.cos.default
-        sub.recompile()
-        original(self, name, sub, record, dump)
-
-    monkeypatch.setattr(graph_compiler.PreparedRegion, "__init__", buggy)
+    miscompile(monkeypatch, retargeted(torch.ops.aten.sin.default, torch.ops.aten.cos.default))
     monkeypatch.delenv("TORCHNEURON_VERIFY_REGIONS", raising=False)
     monkeypatch.setenv("TORCHNEURON_CACHE_DIR", str(tmp_path / "cache"))
     torch._dynamo.reset()
