@@ -66,6 +66,7 @@ def decompositions(convolution_backward: bool = True) -> dict:
     from .convolution import convolution_decompositions
     from .extrema import extrema_decompositions
     from .foreach import foreach_decompositions
+    from .gcd import gcd_decompositions
     from .grid_sampling import grid_sampling_decompositions
     from .histogram import histogram_decompositions
     from .hypot import hypot_decompositions
@@ -74,6 +75,7 @@ def decompositions(convolution_backward: bool = True) -> dict:
     from .modulo import modulo_decompositions
     from .padding import padding_decompositions
     from .pooling import pooling_decompositions
+    from .scans import scan_decompositions
     from .triangular_solve import triangular_solve_decompositions
     from .upsampling import upsampling_decompositions
     from .views import view_decompositions
@@ -96,6 +98,8 @@ def decompositions(convolution_backward: bool = True) -> dict:
     table.update(extrema_decompositions())
     table.update(hypot_decompositions())
     table.update(masked_scatter_decompositions())
+    table.update(scan_decompositions())
+    table.update(gcd_decompositions())
     return table
 
 
