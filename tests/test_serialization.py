@@ -61,3 +61,26 @@ def test_optimizer_state_round_trip():
     for s1, s2 in zip(opt.state.values(), opt2.state.values(), strict=True):
         for k in s1:
             assert torch.equal(s1[k].cpu(), s2[k].cpu())
+
+
+def test_pickle_and_legacy_format_read_device_bytes_without_counting_them():
+    # both go through PyTorch's C++ ``writeFileRaw``, which wraps the device pointer in a storage
+    # of its own (``at::from_blob``) that torchneuron did not allocate (runtime/storage.py)
+    import pickle
+
+    base = torch.arange(32.0, device="neuron")
+    before = torch.neuron.memory_allocated()
+    copies = [pickle.loads(pickle.dumps({"base": base, "view": base[4:10]}))]
+    buf = io.BytesIO()
+    torch.save({"base": base, "view": base[4:10]}, buf, _use_new_zipfile_serialization=False)
+    buf.seek(0)
+    copies.append(torch.load(buf))
+    for loaded in copies:
+        assert loaded["base"].device.type == "neuron" and torch.equal(loaded["base"].cpu(), base.cpu())
+        assert torch.equal(loaded["view"].cpu(), base.cpu()[4:10])
+    # as on the CPU: plain pickle copies each storage, the legacy format keeps them shared
+    legacy = copies[1]
+    assert legacy["view"].untyped_storage().data_ptr() == legacy["base"].untyped_storage().data_ptr()
+    # the two loaded copies hold memory; the saving did not leave any behind
+    del copies, loaded, legacy
+    assert torch.neuron.memory_allocated() == before

@@ -154,6 +154,23 @@ def _compile_and_run(f, *args):
     return out, m["graphs_compiled"], m["graphs_loaded"]
 
 
+def test_graph_with_tensor_constants_is_stored_and_loaded(tmp_path, monkeypatch):
+    """AOTAutograd pickles the compiled graph inside its fake mode; the constants made in the
+    graph (``torch.tensor([...], device=x.device)``) are real device tensors, saved as such."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+
+    def f(x):
+        idx = torch.tensor([4, 6, 8, 9], device=x.device)
+        return (x[idx] * 2).sum() + torch.tensor([1.5, 2.5], device=x.device)
+
+    x = torch.arange(16.0)
+    first, compiled, loaded = _compile_and_run(f, x.to("neuron"))
+    assert (compiled, loaded) == (1, 0)
+    again, compiled, loaded = _compile_and_run(f, x.to("neuron"))
+    assert (compiled, loaded) == (0, 1)
+    assert torch.equal(again.cpu(), f(x)) and torch.equal(first.cpu(), f(x))
+
+
 def test_corrupt_or_truncated_entry_is_compiled_again_never_run(tmp_path, monkeypatch):
     """A flipped byte in a stored program fails the graph's checksum: warned about, the entry
     removed, the graph compiled again; a truncated entry is a miss for PyTorch and written again."""

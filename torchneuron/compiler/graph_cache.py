@@ -143,8 +143,12 @@ class NeuronOutputCode(OutputCode):
         return out
 
     def prepare_for_serialization(self) -> None:
-        # runs on a shallow copy of this object: the live ``fn`` stays with the original
-        self.blob = pickle.dumps(self.fn)
+        # runs on a shallow copy of this object: the live ``fn`` stays with the original. AOTAutograd
+        # saves inside its fake mode: a tensor constant's bytes must be read as real ones
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        with unset_fake_temporarily():
+            self.blob = pickle.dumps(self.fn)
         self.digest = hashlib.sha256(self.blob).hexdigest()
         self.fn = None
 

@@ -70,12 +70,31 @@ def storage_block(st: torch.UntypedStorage) -> Block | None:
     block = st.__dict__.get(_BLOCK)
     if block is None:
         hs = fast.host_storage(st)  # the kernel's result storage: host aliases keep it alive
+        if hs is None:
+            hs = _foreign_alias(st)
         if hs is not None:
             nbytes = st.nbytes()
             block = Block(hs, nbytes, round_size(nbytes), state.allocator(st.device.index or 0), cacheable=False,
                           counted=False)
             st.__dict__[_BLOCK] = block
     return block
+
+
+def _foreign_alias(st: torch.UntypedStorage) -> torch.UntypedStorage | None:
+    """A host storage over the bytes of a device storage that PyTorch's C++ code made from a device
+    pointer (``at::from_blob``: ``torch.save``'s legacy format, DLPack), or None (a fake one).
+
+    Such a storage aliases memory a block owns without that block; the owner outlives the call
+    that made it, as ``from_blob``'s contract requires, and the alias is not counted twice."""
+    if st.device.type != "neuron":
+        return None
+    try:
+        ptr, nbytes = st.data_ptr(), st.nbytes()
+    except (RuntimeError, NotImplementedError):
+        return None
+    if ptr == 0 or nbytes == 0:
+        return None
+    return _construct_storage(ptr, torch.device("cpu"), nbytes)
 
 
 def has_device_memory(t: torch.Tensor) -> bool:
