@@ -62,6 +62,7 @@ def decompositions(convolution_backward: bool = True) -> dict:
     from torch._decomp import get_decompositions
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
+    from .antialiasing import antialiasing_decompositions
     from .attention import attention_decompositions
     from .convolution import convolution_decompositions
     from .extrema import extrema_decompositions
@@ -90,6 +91,7 @@ def decompositions(convolution_backward: bool = True) -> dict:
     table.update(view_decompositions())
     table.update(histogram_decompositions())
     table.update(upsampling_decompositions())
+    table.update(antialiasing_decompositions())
     table.update(grid_sampling_decompositions())
     table.update(triangular_solve_decompositions())
     table.update(attention_decompositions())
