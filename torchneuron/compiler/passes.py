@@ -77,6 +77,7 @@ def decompositions(convolution_backward: bool = True) -> dict:
     from .padding import padding_decompositions
     from .pooling import pooling_decompositions
     from .scans import scan_decompositions
+    from .scatter_reduction import scatter_reduction_decompositions
     from .triangular_solve import triangular_solve_decompositions
     from .upsampling import upsampling_decompositions
     from .views import view_decompositions
@@ -102,6 +103,7 @@ def decompositions(convolution_backward: bool = True) -> dict:
     table.update(masked_scatter_decompositions())
     table.update(scan_decompositions())
     table.update(gcd_decompositions())
+    table.update(scatter_reduction_decompositions())
     return table
 
 
