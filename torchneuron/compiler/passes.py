@@ -65,6 +65,7 @@ def decompositions(convolution_backward: bool = True) -> dict:
     from .antialiasing import antialiasing_decompositions
     from .attention import attention_decompositions
     from .convolution import convolution_decompositions
+    from .diagonal_and_roll import diagonal_and_roll_decompositions
     from .extrema import extrema_decompositions
     from .foreach import foreach_decompositions
     from .gcd import gcd_decompositions
@@ -104,6 +105,7 @@ def decompositions(convolution_backward: bool = True) -> dict:
     table.update(scan_decompositions())
     table.update(gcd_decompositions())
     table.update(scatter_reduction_decompositions())
+    table.update(diagonal_and_roll_decompositions())
     return table
 
 
