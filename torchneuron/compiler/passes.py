@@ -79,6 +79,7 @@ def decompositions(convolution_backward: bool = True) -> dict:
     from .pooling import pooling_decompositions
     from .scans import scan_decompositions
     from .scatter_reduction import scatter_reduction_decompositions
+    from .special_functions import special_function_decompositions
     from .triangular_solve import triangular_solve_decompositions
     from .upsampling import upsampling_decompositions
     from .views import view_decompositions
@@ -106,6 +107,7 @@ def decompositions(convolution_backward: bool = True) -> dict:
     table.update(gcd_decompositions())
     table.update(scatter_reduction_decompositions())
     table.update(diagonal_and_roll_decompositions())
+    table.update(special_function_decompositions())
     return table
 
 
