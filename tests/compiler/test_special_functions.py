@@ -10,7 +10,12 @@ import pytest
 import torch
 
 from torchneuron.compiler import get_metrics, reset_metrics
-from torchneuron.compiler.special_functions import FUNCTIONS, special_function_decompositions
+from torchneuron.compiler.special_functions import (
+    FUNCTIONS,
+    polygamma_low_orders,
+    special_function_decompositions,
+    trigamma_series,
+)
 
 DEVICE = "neuron"
 _aten = torch.ops.aten
@@ -52,6 +57,20 @@ def test_accuracy_and_special_values_against_aten(op):
     assert error.max().item() <= bound
 
 
+def test_trigamma_and_the_orders_left_eager():
+    x = _grid(-20, 40, 60001, 0.0, -0.0, _INF, -_INF, 1e-30, 1e30)
+    got, exact, aten32 = trigamma_series(x), torch.polygamma(1, x.double()), torch.polygamma(1, x)
+    assert torch.equal(got.isnan(), aten32.isnan())
+    # at the negative integers ATen's float32 ``sin(πx)`` is not 0: ~1e15 there, the pole's inf here
+    poles = (x < 0) & (x == x.floor()) & x.isfinite()
+    assert torch.equal(got.isinf() & ~poles, aten32.isinf() & ~poles) and bool(got[poles].isinf().all())
+    finite = got.isfinite() & exact.isfinite()
+    error = (got[finite].double() - exact[finite]).abs() / exact[finite].abs().clamp_min(1.0)
+    assert error.max().item() <= 1e-6
+    torch.testing.assert_close(polygamma_low_orders(0, x[:100]), FUNCTIONS[_aten.digamma.default](x[:100]))
+    assert polygamma_low_orders(2, x) is NotImplemented
+
+
 def test_half_integer_and_double_inputs():
     table = special_function_decompositions()
     lgamma = table[_aten.lgamma.default]
@@ -75,8 +94,8 @@ def test_special_functions_compile_forward_and_backward():
     torch.testing.assert_close(got, f(x), rtol=1e-5, atol=1e-5)
     w, wd = x.clone().requires_grad_(), x.to(DEVICE).requires_grad_()
 
-    def loss(t):
-        return (torch.lgamma(t * 3) + torch.erfinv(t - 0.5) * torch.erfc(t) + torch.i0(t)).sum()
+    def loss(t):  # lgamma's backward is digamma, digamma's trigamma
+        return (torch.lgamma(t * 3) + torch.digamma(t + 1) + torch.erfinv(t - 0.5) * torch.erfc(t) + torch.i0(t)).sum()
 
     torch.compile(loss, backend="neuron")(wd).backward()
     loss(w).backward()

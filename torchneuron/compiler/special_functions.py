@@ -2,7 +2,7 @@
 
 torch-mlir lowers ``erf`` but none of ``erfinv``, ``erfc``, ``special_erfcx``, ``special_ndtri``,
 ``special_log_ndtr``, ``lgamma``, ``digamma``, ``i0``, ``special_i0e``, ``special_i1``,
-``special_i1e``: they ran eagerly between compiled regions (``trunc_normal_``-style sampling,
+``special_i1e``, ``polygamma``: they ran eagerly between compiled regions (``trunc_normal_``-style sampling,
 distribution losses, Kaiser windows). Each is written here with published approximations, in
 float32 (float16/bfloat16 are computed in float32 and rounded, as ATen does); float64 stays with
 the eager kernels, which keep its precision. Accuracy, measured against ATen in the tests:
@@ -21,6 +21,8 @@ the eager kernels, which keep its precision. Accuracy, measured against ATen in 
   |lgamma| < 1: float32 sums of terms ~20 for results near 0).
 * ``digamma`` — six recurrence steps up and the asymptotic series (to ``x⁻¹⁰``), the reflection
   formula below 0.5; ATen's values at the poles (NaN at negative integers, ∓inf at ±0).
+* ``polygamma`` of order 1 (trigamma, digamma's backward) the same way; order 0 is digamma, higher
+  orders stay eager.
 * ``i0``/``i0e``/``i1``/``i1e`` — the power series up to |x| = 15 (40 terms, no cancellation) and
   Hankel's asymptotic expansion beyond (12 terms), ``e^x / √(2πx)`` as one exponential: finite up
   to the float32 range where ATen's float32 kernel overflows from |x| ≈ 88 (relative error 4e-6
@@ -55,7 +57,9 @@ def _float32_function(fn):
             return NotImplemented
         work = x if x.dtype == torch.float32 else x.to(torch.float32)
         out = fn(work, *args)
-        return out if dtype == torch.float32 else out.to(dtype)
+        if out is NotImplemented or dtype == torch.float32:
+            return out
+        return out.to(dtype)
 
     decomposition.__name__ = fn.__name__
     return decomposition
@@ -235,6 +239,38 @@ def digamma_series(x: torch.Tensor) -> torch.Tensor:
     return torch.where(x == math.inf, math.inf, torch.where(x == -math.inf, math.nan, out))
 
 
+# ψ₁(y) ~ 1/y + 1/(2y²) + Σ B_2k / y^(2k+1): 1/6, -1/30, 1/42, -1/30
+_TRIGAMMA_ASYMPTOTIC = (1.0 / 6.0, -1.0 / 30.0, 1.0 / 42.0, -1.0 / 30.0)
+
+
+def trigamma_series(x: torch.Tensor) -> torch.Tensor:
+    """ψ₁ (``polygamma(1, x)``, digamma's derivative): reflection ``ψ₁(x) = π²/sin²(πx) - ψ₁(1 - x)``
+    below 0.5, six recurrence steps up, the asymptotic series. +inf at the poles (ATen's float32
+    kernel gives ~1e15 at the negative integers, where its ``sin(πx)`` is not 0)."""
+    left = x < 0.5
+    y = torch.where(left, 1.0 - x, x)
+    total = torch.zeros_like(y)
+    for _ in range(6):
+        total = total + 1.0 / (y * y)
+        y = y + 1.0
+    inv2 = 1.0 / (y * y)
+    total = total + (1.0 + 0.5 / y + inv2 * _polynomial(inv2, _TRIGAMMA_ASYMPTOTIC)) / y
+    sine = _sin_pi(x)
+    reflected = (math.pi * math.pi) / (sine * sine) - total
+    out = torch.where(left, reflected, total)
+    return torch.where(x == math.inf, 0.0, torch.where(x == -math.inf, math.nan, out))
+
+
+def polygamma_low_orders(n: int, x: torch.Tensor):
+    """``polygamma(n, x)`` for n = 0 (digamma) and 1 (trigamma: digamma's backward); higher orders
+    need the Hurwitz zeta at negative arguments, with a data-dependent number of terms: eager."""
+    if n == 0:
+        return digamma_series(x)
+    if n == 1:
+        return trigamma_series(x)
+    return NotImplemented
+
+
 # --- modified Bessel functions of order 0 and 1 -----------------------------------------------
 
 _SERIES_TERMS = 40
@@ -317,7 +353,10 @@ FUNCTIONS = {
 
 
 def special_function_decompositions() -> dict:
-    return {op: _float32_function(fn) for op, fn in FUNCTIONS.items()}
+    table = {op: _float32_function(fn) for op, fn in FUNCTIONS.items()}
+    float32_polygamma = _float32_function(lambda x, n: polygamma_low_orders(n, x))
+    table[_aten.polygamma.default] = lambda n, x: float32_polygamma(x, n)
+    return table
 
 
-__all__ = ["FUNCTIONS", "special_function_decompositions"]
+__all__ = ["FUNCTIONS", "polygamma_low_orders", "special_function_decompositions", "trigamma_series"]
