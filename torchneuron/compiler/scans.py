@@ -67,7 +67,7 @@ def _extremum_scan(x: torch.Tensor, dim: int, maximum: bool):
                 _aten.logical_and.default(_aten.logical_not.default(_aten.isnan.default(before)), take_later))
         values = _aten.where.self(take_later, values, before)
         index = _aten.where.self(take_later, index, before_index)
-    if n == 1:
+    if n <= 1:  # no step ran: results of their own, not the input
         values, index = _aten.clone.default(values), _aten.clone.default(index)
     return values, index
 
