@@ -214,3 +214,15 @@ def test_report_region_checks():
     assert "| compile | 2 | 1 (b) | 1 (a) |" in report.render_markdown(recs)
     assert "Region check" not in report.render_markdown(recs[2:])
     assert "<td>compile</td><td>2</td><td>b</td><td>a</td>" in report.render_html(recs)
+
+
+def test_training_loss_skips_non_finite_outputs():
+    from torchneuron.sweep.runner import _loss
+
+    plain = torch.tensor([1.0, -2.0, 3.0], requires_grad=True)
+    assert torch.equal(_loss({"x": plain}), plain.detach().pow(2).mean())
+    masked = torch.tensor([1.0, float("-inf"), 3.0, float("nan")], requires_grad=True)
+    loss = _loss((masked,))
+    assert loss.item() == 5.0  # (1 + 9) / 2 finite elements
+    loss.backward()
+    assert masked.grad.tolist() == [1.0, 0.0, 3.0, 0.0]

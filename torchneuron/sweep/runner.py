@@ -41,10 +41,24 @@ def _loss(out, kind: str = "square"):
     ts = [t for t in _flatten(out) if t.is_floating_point() and t.requires_grad]
     if not ts:
         raise RuntimeError("model output has no differentiable floating-point tensor")
-    total = ts[0].float().pow(2).mean()
+    total = _mean_square(ts[0])
     for t in ts[1:]:
-        total = total + t.float().pow(2).mean()
+        total = total + _mean_square(t)
     return total
+
+
+def _mean_square(t):
+    """The mean of ``t``'s squares; over its finite elements where some are not (Grounding-DINO's
+    logits are -inf at masked text positions, on the CPU as on the device: their square made the
+    loss infinite), so that the training step still trains what the model computes."""
+    import torch
+
+    t = t.float()
+    finite = torch.isfinite(t.detach())
+    if bool(finite.all()):
+        return t.pow(2).mean()
+    kept = torch.where(finite, t, torch.zeros((), dtype=t.dtype, device=t.device))
+    return kept.pow(2).sum() / finite.sum().clamp_min(1)
 
 
 def _to(obj, device):
