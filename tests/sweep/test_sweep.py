@@ -216,6 +216,18 @@ def test_report_region_checks():
     assert "<td>compile</td><td>2</td><td>b</td><td>a</td>" in report.render_html(recs)
 
 
+def test_compare_outputs_matches_infinities_exactly_and_scales_by_finite_values():
+    from torchneuron.sweep.runner import compare_outputs
+
+    ref = torch.tensor([float("-inf"), 1.0, 2.0, float("nan")])
+    assert compare_outputs([ref.clone()], [ref])["mismatch"] is None
+    result = compare_outputs([ref + torch.tensor([0.0, 0.5, 0.0, 0.0])], [ref])  # -inf does not set the scale
+    assert result["mismatch"] and result["ref_scale"] == 2.0 and result["rel_err"] == 0.25
+    for wrong in ([float("inf"), 1.0, 2.0, float("nan")], [-5.0, 1.0, 2.0, float("nan")], [float("-inf"), 1.0, 2.0, 0.0],
+                  [float("-inf"), float("inf"), 2.0, float("nan")]):
+        assert compare_outputs([torch.tensor(wrong)], [ref])["mismatch"], wrong
+
+
 def test_training_loss_skips_non_finite_outputs():
     from torchneuron.sweep.runner import _loss
 

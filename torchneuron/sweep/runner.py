@@ -167,7 +167,8 @@ def compare_outputs(got: list, ref: list, *, rtol: float = 1e-3, atol: float = 1
     1e-14 (their eval-mode batch norms never saw data, and each block shrinks the activations); an
     absolute tolerance would accept any result for them. A reference that is all zeros, or whose
     largest value is subnormal (below float32's smallest normal number, which compiled code may flush to
-    zero), is compared with ``atol`` itself. Returns ``max_abs_err`` (largest absolute difference), ``rel_err``
+    zero), is compared with ``atol`` itself. Infinities and NaNs of the reference must be reproduced
+    exactly and are left out of ``s`` (an infinite scale would accept anything). Returns ``max_abs_err`` (largest absolute difference), ``rel_err``
     (largest difference relative to its output's ``s``) and ``ref_scale`` (the largest ``s``: below
     float32's smallest normal number, nothing was compared relatively);
     raises ``AssertionError`` on a count or shape mismatch. ``mismatch`` is the message of the first
@@ -183,14 +184,20 @@ def compare_outputs(got: list, ref: list, *, rtol: float = 1e-3, atol: float = 1
             raise AssertionError(f"output shape differs: neuron {tuple(g.shape)} vs cpu {tuple(r.shape)}")
         if not g.numel():
             continue
-        s = float(r.abs().max())
+        # non-finite reference elements (-inf at masked logits) must be matched exactly and do not
+        # set the scale: an infinite one would make every finite element pass
+        finite = torch.isfinite(r)
+        special_differs = not torch.equal(g[~finite].isnan(), r[~finite].isnan()) or not torch.equal(
+            g[~finite].nan_to_num(0.0, float("inf"), float("-inf")), r[~finite].nan_to_num(0.0, float("inf"), float("-inf")))
+        s = float(r[finite].abs().max()) if bool(finite.any()) else 0.0
         scale = s if s >= torch.finfo(torch.float32).tiny else 1.0
-        e = float((g - r).abs().max())
-        if not (e == e):  # NaN
+        e = float((g[finite] - r[finite]).abs().max()) if bool(finite.any()) else 0.0
+        if not (e == e) or special_differs:  # NaN, or an inf/NaN of the reference not reproduced
             e = float("inf")
         abs_err, rel_err = max(abs_err, e), max(rel_err, e / scale)
         ref_scale = s if ref_scale is None else max(ref_scale, s)
-        if mismatch is None and not torch.allclose(g, r, rtol=rtol, atol=atol * scale, equal_nan=True):
+        close = not special_differs and torch.allclose(g[finite], r[finite], rtol=rtol, atol=atol * scale)
+        if mismatch is None and not close:
             mismatch = f"outputs differ from CPU: max abs err {e:.3g} (scale {scale:.3g})"
     return {"max_abs_err": abs_err, "rel_err": rel_err, "ref_scale": ref_scale, "mismatch": mismatch}
 
