@@ -110,3 +110,85 @@ def test_late_recipes_leave_earlier_choices_alone():
     pytest.importorskip("transformers")
     case = registry.build("transformers", "bert")
     assert {k: tuple(v.shape) for k, v in case.inputs.items()} == {"input_ids": (2, 16), "attention_mask": (2, 16)}
+
+
+# ----------------------------------------------------------------------------- repair pass
+
+@pytest.mark.parametrize("name,shapes", [
+    # layout boxes per token (8 coordinates: Bros reads quadrilaterals)
+    ("bros", {"input_ids": (2, 16), "attention_mask": (2, 16), "bbox": (2, 16, 8)}),
+    # a language adapter id per sequence
+    ("xmod", {"input_ids": (2, 16), "attention_mask": (2, 16), "lang_ids": (2,)}),
+    # Kosmos-2: latent query placeholders marked by the mask, with the image
+    ("kosmos-2", {"input_ids": (2, 80), "attention_mask": (2, 80), "image_embeds_position_mask": (2, 80),
+                  "pixel_values": (2, 3, 32, 32)}),
+    # image pairs for a keypoint matcher
+    ("efficientloftr", {"pixel_values": (2, 2, 3, 32, 32)}),
+    # one sequence per codebook
+    ("musicgen", {"input_ids": (8, 16), "attention_mask": (2, 16)}),
+])
+def test_repair_pass_recipes(name, shapes):
+    pytest.importorskip("transformers")
+    case = registry.build("transformers", name)
+    assert {k: tuple(v.shape) for k, v in case.inputs.items()} == shapes
+    with torch.no_grad():
+        case.model.eval()(**case.inputs)
+
+
+def test_repair_pass_config_fixes():
+    transformers = pytest.importorskip("transformers")
+    from torchneuron.sweep import transformers_extra as extra
+
+    # every attention type the architecture mixes survives the depth cut
+    cfg = transformers.PretrainedConfig()
+    cfg.num_hidden_layers = 6
+    cfg.layer_types = ["sliding_attention"] * 5 + ["full_attention"]
+    cfg.mlp_layer_types = ["dense"] * 5 + ["sparse"]
+    extra._representative_layer_types(cfg)
+    assert cfg.layer_types == ["sliding_attention", "full_attention"] and cfg.num_hidden_layers == 2
+    assert cfg.mlp_layer_types == ["dense", "sparse"]
+    # unset expert counts and key/value heads get values; placeholder ids move into the vocabulary
+    cfg = transformers.PretrainedConfig()
+    cfg.num_experts, cfg.top_k_experts, cfg.moe_intermediate_size = None, None, None
+    cfg.num_attention_heads, cfg.num_key_value_heads = 4, None
+    extra.prepare_config(cfg)
+    assert (cfg.num_experts, cfg.top_k_experts, cfg.moe_intermediate_size, cfg.num_key_value_heads) == (4, 2, 64, 4)
+    cfg.vocab_size, cfg.image_token_id, cfg.video_token_id = 512, 151655, 151656
+    extra.repair_config(cfg)
+    assert (cfg.image_token_id, cfg.video_token_id) == (511, 510)
+    # per-architecture overrides by model_type, configuration-derived fields recomputed
+    eff = transformers.AutoConfig.for_model("efficientnet")
+    extra.repair_config(eff)
+    assert eff.width_coefficient == 0.1
+    z = transformers.AutoConfig.for_model("zamba2", hidden_size=64, num_attention_heads=4, n_mamba_heads=8)
+    z.hidden_size = 32
+    extra.repair_config(z)
+    assert (z.attention_hidden_size, z.attention_head_dim, z.mamba_headdim) == (64, 16, 8)
+
+
+def test_placeholder_tokens_derived_from_the_error_message():
+    pytest.importorskip("transformers")
+    from torchneuron.sweep import transformers_extra as extra
+
+    cfg = type("Cfg", (), {"image_token_id": 7})()
+    cand = {"input_ids": torch.zeros(2, 5, dtype=torch.long), "attention_mask": torch.ones(2, 5, dtype=torch.long)}
+    exc = ValueError("Image features and image tokens do not match, tokens: 0, features: 6")
+    out = extra.derived_candidate(cand, exc, cfg)
+    assert out["input_ids"].shape == (2, 8) and (out["input_ids"][:, :3] == 7).all()
+    assert out["attention_mask"].shape == (2, 8)
+    assert extra.derived_candidate(cand, ValueError("other"), cfg) is None
+
+
+def test_inputs_needed_only_for_training():
+    pytest.importorskip("transformers")
+    # Molmo2 refuses to train without the multimodal token types; the Qwen-VL family accepts them
+    # but trains with its eval inputs, unchanged
+    case = registry.build("transformers", "molmo2")
+    assert case.train_inputs["mm_token_type_ids"].shape == case.inputs["input_ids"].shape
+    assert registry.build("transformers", "qwen2_vl").train_inputs is None
+    # FastSpeech 2 trains on its variance targets: 2 frames per token
+    case = registry.build("transformers", "fastspeech2_conformer")
+    n = case.inputs["input_ids"].shape[1]
+    assert case.train_inputs["spectrogram_labels"].shape[1] == 2 * n
+    # Reformer's axial position factors multiply to the 16-token training sequence
+    assert registry.build("transformers", "reformer").model.config.axial_pos_shape == (4, 4)

@@ -577,6 +577,11 @@ def _repair_config(cfg) -> None:
     if isinstance(_get(cfg, "quantization_dim"), int) and isinstance(hidden, int) \
             and isinstance(_get(sem, "hidden_size"), int):
         _set(cfg, "quantization_dim", hidden + sem.hidden_size)
+    # axial position embeddings (Reformer): in training the factors must multiply to the sequence
+    # length, the recipes' 16 tokens (64 x 64 by default)
+    axial = _get(cfg, "axial_pos_shape")
+    if isinstance(axial, (list, tuple)) and len(axial) == 2 and math.prod(axial) != 16:
+        _set(cfg, "axial_pos_shape", type(axial)((4, 4)))
     # MLA: q/k head = nope + rope
     nope, rope = _get(cfg, "qk_nope_head_dim"), _get(cfg, "qk_rope_head_dim")
     if isinstance(nope, int) and isinstance(rope, int) and "qk_head_dim" in vars(cfg):
@@ -620,8 +625,9 @@ def _vision_cfg(cfg):
     return getattr(cfg, "vision_config", None) or cfg
 
 
-def _candidate_inputs(model, cfg) -> list[dict]:
-    """Input recipes to try, most specific first; the first one that runs on CPU is used."""
+def _candidate_inputs(model, cfg, repair: bool = False) -> list[dict]:
+    """Input recipes to try, most specific first; the first one that runs on CPU is used.  In the
+    repair pass (``repair``), the recipes of :func:`transformers_extra.extra_candidates` first."""
     sig = inspect.signature(model.forward).parameters
     batch, seq = 2, 16
     text_cfg = getattr(cfg, "text_config", None) or cfg
@@ -732,6 +738,10 @@ def _candidate_inputs(model, cfg) -> list[dict]:
     if required and all(k in required_pool for k in required):
         base = {k: required_pool[k] for k in required}
         cands += [base, {**base, **text}]
+    if repair:
+        from .transformers_extra import extra_candidates
+
+        cands = extra_candidates(model, sig, cfg, batch, text, other) + cands
     if not cands:
         raise ValueError(f"no input recipe for main_input_name={main!r}")
     return cands
@@ -940,10 +950,12 @@ def _grid_layouts(sig, vc, grid_key: str) -> list[dict]:
     return [{first: x, grid_key: g, **extra} for x, g in layouts]
 
 
-def _pick_inputs(model, cfg) -> dict:
+def _pick_inputs(model, cfg, repair: bool = False) -> dict:
     first: Exception | None = None
     seen = []
-    for cand in _candidate_inputs(model, cfg):
+    cands = _candidate_inputs(model, cfg, repair)
+    while cands:
+        cand = cands.pop(0)
         sig = sorted((k, tuple(v.shape) if isinstance(v, torch.Tensor) else v) for k, v in cand.items())
         if sig in seen:
             continue
@@ -954,8 +966,43 @@ def _pick_inputs(model, cfg) -> dict:
             return cand
         except Exception as exc:  # noqa: BLE001 -- try the next recipe
             first = first or exc
+            if repair:  # a recipe the error message says how to complete (placeholder tokens)
+                from .transformers_extra import derived_candidate
+
+                derived = derived_candidate(cand, exc, cfg)
+                if derived is not None:
+                    cands.insert(0, derived)
     assert first is not None
     raise first
+
+
+def _train_only_inputs(model, cfg, inputs: dict) -> dict | None:
+    """The training step's inputs where a model requires more in training than in eval: Molmo2's
+    ``mm_token_type_ids`` (1 marks image tokens, the placeholder id of its configuration).  None
+    (the eval inputs) otherwise."""
+    sig = inspect.signature(model.forward).parameters
+    ids = inputs.get("input_ids")
+    try:
+        source = inspect.getsource(type(model).forward)
+    except (OSError, TypeError):
+        source = ""
+    # (only for models that refuse to train without them: the Qwen-VL family takes them too, and
+    # trains with the eval inputs)
+    if "mm_token_type_ids" in sig and "mm_token_type_ids" not in inputs and isinstance(ids, torch.Tensor) \
+            and re.search(r"training and mm_token_type_ids is None", source):
+        tok = _find(cfg, "image_token_id", "image_token_index")
+        types = (ids == tok).long() if isinstance(tok, int) else torch.zeros_like(ids)
+        return {**inputs, "mm_token_type_ids": types}
+    mel = _find(cfg, "num_mel_bins")
+    if all(k in sig for k in ("duration_labels", "spectrogram_labels", "pitch_labels", "energy_labels")) \
+            and isinstance(ids, torch.Tensor) and isinstance(mel, int):
+        # FastSpeech 2 trains on its variance targets only: 2 frames per token, per-token pitch and
+        # energy, the spectrogram those frames make
+        g = torch.Generator().manual_seed(0)
+        b, n = ids.shape
+        return {**inputs, "duration_labels": torch.full((b, n), 2), "spectrogram_labels": torch.randn(b, 2 * n, mel, generator=g),
+                "pitch_labels": torch.randn(b, n, 1, generator=g), "energy_labels": torch.randn(b, n, 1, generator=g)}
+    return None
 
 
 # forecasting transformers (TimeSeriesTransformer, Informer, Autoformer) have no default horizon:
@@ -984,34 +1031,70 @@ def _forecast_inputs(cfg, batch: int) -> dict:
                 batch, cfg.prediction_length).unsqueeze(-1).contiguous()}
 
 
+# (reduction table, late rules, repair pass) of each attempt, in order
+_PASSES = ((_REDUCE, False, False), (_DEPTH_VOCAB, False, False), (_REDUCE, True, False),
+           (_REDUCE, True, True), (_DEPTH_VOCAB, False, True))
+
+
+def _transformers_config(name: str, table: dict, late: bool, repair: bool):
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.for_model(name, **_config_kwargs(name))
+    if hasattr(cfg, "max_source_positions"):
+        cfg.max_source_positions = min(cfg.max_source_positions, 32)
+    if repair:
+        from .transformers_extra import prepare_config
+
+        cfg = prepare_config(cfg)
+    _reduce_config(cfg, table=table)
+    if late:
+        _late_config(cfg)
+    if repair:
+        from .transformers_extra import repair_config
+
+        repair_config(cfg)
+    return cfg
+
+
 def build_transformers(name: str):
     import transformers
-    from transformers import AutoConfig, AutoModel
+    from transformers import AutoModel
 
     transformers.logging.set_verbosity_error()
     first: Exception | None = None
     # full reduction first; if that config is inconsistent for the architecture (coupled widths),
     # reduce only depth, vocab and experts, provided the model stays small
-    # last, for architectures neither runs with: the full reduction plus the late rules
-    for table, late in ((_REDUCE, False), (_DEPTH_VOCAB, False), (_REDUCE, True)):
+    # then, for architectures neither runs with: the full reduction plus the late rules; last, the
+    # repair passes (``transformers_extra``: overrides, coupled-field repairs, more input recipes)
+    for table, late, repair in _PASSES:
         try:
-            cfg = AutoConfig.for_model(name, **_config_kwargs(name))
-            if hasattr(cfg, "max_source_positions"):
-                cfg.max_source_positions = min(cfg.max_source_positions, 32)
-            _reduce_config(cfg, table=table)
-            if late:
-                _late_config(cfg)
+            cfg = _transformers_config(name, table, late, repair)
             if table is not _REDUCE:  # count parameters on the meta device before paying for them
                 with torch.device("meta"):
-                    n = sum(p.numel() for p in AutoModel.from_config(cfg).parameters())
+                    if repair:
+                        from .transformers_extra import model_from_config
+
+                        n = sum(p.numel() for p in model_from_config(cfg).parameters())
+                    else:
+                        n = sum(p.numel() for p in AutoModel.from_config(cfg).parameters())
                 if n > MAX_PARAMS:
                     raise ValueError(f"reduced model still has {n / 1e6:.0f}M parameters (> {MAX_PARAMS / 1e6:.0f}M)")
             for _attempt in range(2):
                 torch.manual_seed(0)
-                model = AutoModel.from_config(cfg)
+                if repair:
+                    from .transformers_extra import model_from_config
+
+                    model = model_from_config(cfg)
+                else:
+                    model = AutoModel.from_config(cfg)
                 _reset_drawn_batch_norms(model)
+                if repair:
+                    from .transformers_extra import reinit_vanishing_convolutions
+
+                    reinit_vanishing_convolutions(model)
                 try:
-                    return Case(model, _pick_inputs(model, cfg), family=name)
+                    inputs = _pick_inputs(model, cfg, repair)
+                    return Case(model, inputs, train_inputs=_train_only_inputs(model, cfg, inputs), family=name)
                 except RuntimeError as exc:
                     m = re.search(r"split_with_sizes expects split_sizes to sum exactly to (\d+).*"
                                   r"split_sizes=\[([\d, ]+)\]", str(exc))
