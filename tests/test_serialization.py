@@ -63,7 +63,7 @@ def test_optimizer_state_round_trip():
             assert torch.equal(s1[k].cpu(), s2[k].cpu())
 
 
-def test_pickle_and_legacy_format_read_device_bytes_without_counting_them():
+def test_pickle_and_legacy_format_read_device_bytes_without_counting_them(no_garbage):
     # both go through PyTorch's C++ ``writeFileRaw``, which wraps the device pointer in a storage
     # of its own (``at::from_blob``) that torchneuron did not allocate (runtime/storage.py)
     import pickle

@@ -42,7 +42,7 @@ def test_hot_ops_are_served_without_python():
     assert torchneuron.get_executed_ops()["aten::add.Tensor"] == 1
 
 
-def test_fresh_results_are_exact_device_allocations():
+def test_fresh_results_are_exact_device_allocations(no_garbage):
     torch.neuron.synchronize()
     a = torch.randn(100, 30, device="neuron")
     before = torch.neuron.memory_allocated()
@@ -59,7 +59,7 @@ def test_fresh_results_are_exact_device_allocations():
     assert torch.neuron.memory_allocated() == before
 
 
-def test_python_code_reads_fast_results():
+def test_python_code_reads_fast_results(no_garbage):
     a = torch.arange(12.0, device="neuron").reshape(3, 4)
     c = a + 1  # C++-adopted storage
     h = host(c)  # the Python side's view of its bytes
