@@ -134,6 +134,34 @@ def test_runner_rules_random_eval_cpu_only_failures_and_nan_reference():
     assert (r["status"], r["cause"]) == ("skip", "cpu reference"), r
 
 
+def test_device_copy_is_taken_before_any_cpu_forward():
+    # a forward that caches a tensor in a plain attribute (Mimi's codebooks) would leave a CPU
+    # tensor in a device copy taken after the CPU reference
+    from torchneuron.sweep.runner import check
+
+    r = check("_selftest", "caches", "eager")
+    assert r["status"] == "pass", r
+
+
+def test_input_probing_runs_a_copy_of_the_model():
+    from torchneuron.sweep.registry import _pick_inputs
+
+    class Caching(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(100, 4)
+            self.cached = None
+
+        def forward(self, input_ids):
+            if self.cached is None:
+                self.cached = self.emb.weight * 2
+            return self.cached[input_ids]
+
+    model = Caching()
+    inputs = _pick_inputs(model, None)
+    assert inputs["input_ids"].shape == (2, 16) and model.cached is None
+
+
 def test_compare_outputs_is_relative_to_each_outputs_scale():
     from torchneuron.sweep.runner import compare_outputs
 

@@ -12,6 +12,7 @@ module) and ``transformers`` (one base model per ``model_type``).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 import math
@@ -954,6 +955,9 @@ def _pick_inputs(model, cfg, repair: bool = False) -> dict:
     first: Exception | None = None
     seen = []
     cands = _candidate_inputs(model, cfg, repair)
+    # probe a copy: a forward may cache tensors in plain attributes (Mimi's codebooks keep
+    # ``_embed``), which ``.to("neuron")`` would not move and the device run would then mix in
+    probe = copy.deepcopy(model)
     while cands:
         cand = cands.pop(0)
         sig = sorted((k, tuple(v.shape) if isinstance(v, torch.Tensor) else v) for k, v in cand.items())
@@ -962,7 +966,7 @@ def _pick_inputs(model, cfg, repair: bool = False) -> dict:
         seen.append(sig)
         try:
             with torch.no_grad():
-                model.eval()(**cand)
+                probe.eval()(**cand)
             return cand
         except Exception as exc:  # noqa: BLE001 -- try the next recipe
             first = first or exc
@@ -1156,7 +1160,21 @@ class _Body(torch.nn.Module):
         return self.body(x).sum(-1)
 
 
-_SELFTEST_EXTRA = {"random": _RandomInEval, "needs_labels": _NeedsLabels, "nan": _NaNOutput, "submodule": _Body}
+class _CachesOnForward(torch.nn.Linear):
+    """Caches a tensor derived from its weight in a plain attribute on the first forward, as
+    Mimi's codebooks do (``_embed``): ``.to()`` does not move such an attribute."""
+
+    def __init__(self):
+        super().__init__(8, 2)
+        self._scaled = None
+
+    def forward(self, x):
+        if self._scaled is None:
+            self._scaled = self.weight * 2
+        return torch.nn.functional.linear(x, self._scaled, self.bias)
+
+
+_SELFTEST_EXTRA = {"random": _RandomInEval, "caches": _CachesOnForward, "needs_labels": _NeedsLabels, "nan": _NaNOutput, "submodule": _Body}
 _SELFTEST_COMPARE = {"submodule": lambda m, inp: m.body(inp["x"])}
 
 

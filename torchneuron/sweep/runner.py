@@ -230,6 +230,9 @@ def check(suite: str, name: str, mode: str, *, rtol: float = 1e-3, atol: float =
         model, inputs = case.model, case.inputs
         compare = case.compare or (lambda m, inp: m(**inp))
         model.eval()
+        # the device's copy is taken before any CPU forward: a forward may cache tensors in plain
+        # attributes (Mimi's codebooks), which ``.to()`` does not move, as on CUDA
+        dev_model = copy.deepcopy(model)
         stage = "cpu reference"
         with torch.no_grad(), _host_rng_mode():
             torch.manual_seed(0)
@@ -239,7 +242,6 @@ def check(suite: str, name: str, mode: str, *, rtol: float = 1e-3, atol: float =
             # NaN is never a meaningful reference (e.g. attention rows the recipe's mask leaves empty)
             raise FloatingPointError("the CPU reference output has NaN values; nothing to compare")
         stage = "to device"
-        dev_model = copy.deepcopy(model)
         torchneuron.clear_op_tracking()
         torch.neuron.reset_peak_memory_stats()
         dev_model = dev_model.to("neuron")
