@@ -183,3 +183,45 @@ def test_printing_fake_device_tensors_does_not_touch_memory():
     with FakeTensorMode():
         t = torch.empty(2, 3, device="neuron")
         assert repr(t) == "FakeTensor(..., device='neuron:0', size=(2, 3))"
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["cpp-kernels", "python-kernels"])
+def test_host_tensors_beside_device_tensors_raise_as_on_cuda(native):
+    """A model that forgot a ``.to()`` fails on the chip (and on CUDA); the simulated device must
+    not quietly compute with the host tensor. 0-d host tensors are numbers, index tensors may stay
+    on the host, and copies cross devices."""
+    from torchneuron.native import fast
+
+    mod = fast.module()
+    if native and mod is None:
+        pytest.skip(f"C++ fast kernels not built: {fast.status()}")
+    if mod is not None and not native:
+        mod.set_enabled(False)
+    try:
+        x = torch.randn(3, 4, device="neuron")
+        w = torch.randn(3, 4)
+        mixed = {
+            "add": lambda: x + w,
+            "inplace": lambda: x.clone().mul_(w),
+            "mm": lambda: x @ w.T,
+            "linear": lambda: torch.nn.functional.linear(x, w),
+            "cat": lambda: torch.cat([x, w]),
+            "embedding": lambda: torch.nn.functional.embedding(torch.tensor([0, 2]), x),
+            "fallback": lambda: torch.nextafter(x, w),  # nextafter falls back to the CPU
+        }
+        for fn in mixed.values():
+            with pytest.raises(RuntimeError, match="same device, but found at least two devices, neuron:0 and cpu"):
+                fn()
+            assert_close(x * 2, x.cpu() * 2)  # nothing pending, the device still works
+        assert_close(x * torch.tensor(2.0), x.cpu() * 2)  # a 0-d host tensor is a number
+        assert_close(torch.where(x > 0, x, torch.tensor(0.0)), torch.where(x.cpu() > 0, x.cpu(), 0.0))
+        idx = torch.tensor([2, 0])
+        assert_close(x[idx], x.cpu()[idx])  # host indices, as on CUDA
+        y = x.clone()
+        y[idx] = torch.tensor(5.0)
+        ref = x.cpu().clone()
+        ref[idx] = 5.0
+        assert_close(y, ref)
+        assert_close(x.clone().copy_(w), w)  # copies cross devices
+    finally:
+        fast.refresh()  # the C++ path as the runtime's state wants it

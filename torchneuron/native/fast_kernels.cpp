@@ -204,7 +204,9 @@ struct Call {
   bool to_host(const at::Tensor& d, at::Tensor* out) {
     if (!d.defined() || d.device().type() != kDevice) {
       *out = d;
-      return true;
+      // a host tensor beside device tensors is taken as a number when it is 0-d (as on CUDA);
+      // any other tensor of another device: the Python kernel raises PyTorch's device error
+      return !d.defined() || (d.device().type() == c10::kCPU && d.dim() == 0);
     }
     const int index = d.device().index();
     if (core < 0) {

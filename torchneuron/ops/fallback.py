@@ -22,7 +22,7 @@ from ..runtime import activity
 from ..runtime.errors import ERRORS, NeuronFallbackError, user_stack
 from ..runtime.storage import host, wrap_host
 from . import dtype_policy, tracking
-from .generic import call_host, core_of, with_device_generator
+from .generic import call_host, check_one_device, core_of, with_device_generator
 from .opinfo import facts
 
 _warned: set[str] = set()
@@ -134,6 +134,7 @@ def account_host_results(f, args, kwargs, out) -> None:
 
 def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
     f = facts(op)
+    check_one_device(f, args, kwargs)
     _announce(f, args, kwargs)
     tracking.fell_back(f.qualified)
     ERRORS.raise_pending()  # the host reads device data: a synchronisation point

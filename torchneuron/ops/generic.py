@@ -56,13 +56,53 @@ def cross_device_error(a: int, b: int) -> RuntimeError:
     )
 
 
+def foreign_device_error(index: int, other: _Tensor) -> RuntimeError:
+    return RuntimeError(
+        "Expected all tensors to be on the same device, but found at least two devices, "
+        f"neuron:{index} and {other.device}!"
+    )
+
+
+# operators that take host tensors beside device tensors, as on CUDA: copies between devices,
+# and indexing, whose index tensors may stay on the host
+CROSS_DEVICE_OPS = frozenset({
+    "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize", "aten::_to_copy",
+    "aten::index.Tensor", "aten::index.Tensor_out", "aten::_unsafe_index.Tensor",
+    "aten::index_put_", "aten::index_put", "aten::_index_put_impl_", "aten::_unsafe_index_put",
+})
+
+
+def is_foreign(t: _Tensor) -> bool:
+    """A tensor a device operator must not mix with device tensors: one on another device,
+    except a 0-d host tensor, which operators take as a number (as CUDA's do)."""
+    return t.device.type != _NEURON and (t.dim() != 0 or t.device.type != "cpu")
+
+
+def check_one_device(f: OpFacts, args, kwargs) -> None:
+    """PyTorch's error for an ATen operator given device tensors and host (or other devices')
+    tensors: the chip's kernels read device memory only, and a model that forgot a ``.to()``
+    must fail here as it would on the hardware (or on CUDA)."""
+    if f.qualified in CROSS_DEVICE_OPS or not f.qualified.startswith("aten::"):
+        return
+    index = foreign = None
+    for a in (*args, *kwargs.values()):
+        for x in a if type(a) in (list, tuple) else (a,):
+            if isinstance(x, _Tensor):
+                if x.device.type == _NEURON:
+                    index = x.get_device() if index is None else index
+                elif foreign is None and is_foreign(x):
+                    foreign = x
+    if foreign is not None and index is not None:
+        raise foreign_device_error(index, foreign)
+
+
 class _Unwrap:
     """Replaces device tensors by host aliases and remembers which alias stands for which.
 
     ``index`` is the core the operator runs on: its device tensors' core (they must agree, as
     on any multi-device backend), else the core a factory-style ``device=`` argument names."""
 
-    __slots__ = ("by_ptr", "by_id", "emulate", "fresh", "index")
+    __slots__ = ("by_ptr", "by_id", "emulate", "fresh", "index", "foreign")
 
     def __init__(self, fresh: bool):
         self.by_ptr: dict[int, _Tensor] = {}
@@ -70,6 +110,7 @@ class _Unwrap:
         self.emulate = False
         self.fresh = fresh
         self.index: int | None = None
+        self.foreign: _Tensor | None = None  # a tensor of another device (see ``is_foreign``)
 
     def _on(self, index: int) -> None:
         if self.index is None:
@@ -80,6 +121,8 @@ class _Unwrap:
     def one(self, a):
         if type(a) is _Tensor or isinstance(a, _Tensor):
             if a.device.type != _NEURON:
+                if self.foreign is None and is_foreign(a):
+                    self.foreign = a
                 return a
             self._on(a.get_device())
             h = fresh_host(a) if self.fresh else host(a)
@@ -226,6 +269,8 @@ def _fast_unwrap(a, flags: list):
     else, which the general path then runs)."""
     if isinstance(a, _Tensor):
         if a.is_cpu or a.device.type != _NEURON:
+            if is_foreign(a):
+                flags.append(True)  # the general path raises PyTorch's device error
             return a
         if a.dtype in _NOT_FAST or a.get_device():
             flags.append(True)
@@ -421,6 +466,8 @@ def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
     unwrap = _Unwrap(fresh=f.metadata_mutating)
     hargs = tuple(unwrap.one(a) for a in args)
     hkwargs = {k: unwrap.one(v) for k, v in kwargs.items()} if kwargs else {}
+    if unwrap.foreign is not None and unwrap.by_id:
+        check_one_device(f, args, kwargs)
     index = unwrap.index or 0
     hargs, hkwargs = with_device_generator(f, hargs, hkwargs, index)
     emulate = unwrap.emulate and not dtype_policy.exact()
