@@ -90,3 +90,40 @@ def test_bicubic_backward_decomposition_matches_aten():
                                        msg=lambda m, a=args[1:]: f"{a}: {m}")
             cases += 1
     assert cases > 100
+
+
+@pytest.mark.parametrize("op", [_aten.upsample_nearest1d_backward.default,
+                                _aten._upsample_nearest_exact1d_backward.default], ids=["nearest", "nearest-exact"])
+def test_nearest1d_backward_decomposition_matches_aten(op):
+    """One-hot rows with ATen's float32 source index: equal sizes, doubling, up- and downsampling,
+    scales given (a factor not quite out/size) or not; float32 and float64 gradients."""
+    torch.manual_seed(0)
+    cases = 0
+    for size, out in itertools.product([1, 2, 3, 5, 7, 10, 16], [1, 2, 3, 5, 7, 14, 20, 32, 33]):
+        for scale in (None, out / size, out / size * 1.03):
+            for dtype in (torch.float32, torch.float64):
+                grad = torch.randn(2, 3, out, dtype=dtype)
+                args = (grad, [out], [2, 3, size], scale)
+                ref = op(*args)
+                got = _TABLE[op](*args)
+                assert got.dtype == dtype
+                torch.testing.assert_close(got, ref, rtol=1e-6, atol=1e-6 * max(1.0, float(ref.abs().max())),
+                                           msg=lambda m, a=args[1:]: f"{a}: {m}")
+                cases += 1
+    assert cases > 300
+
+
+def test_nearest1d_backward_is_compiled_and_matches_cpu():
+    """The backward op as autograd calls it outside compiled graphs (eager and adaptive mode
+    record it; inside a compiled training graph PyTorch decomposes nearest upsampling to
+    indexing): it lowers instead of running on the CPU."""
+    torch.manual_seed(0)
+    grad = torch.randn(2, 4, 17)
+
+    def f(g):
+        return _aten.upsample_nearest1d_backward(g * 2, [17], [2, 4, 7], 2.5) + 1
+
+    got = torch.compile(f, backend="neuron")(grad.to(DEVICE))
+    (graph,) = get_metrics()["graphs"].values()
+    assert graph["eager_nodes"] == 0, graph["placement"]
+    torch.testing.assert_close(got.cpu(), f(grad), rtol=1e-5, atol=1e-5)

@@ -14,6 +14,11 @@ graph from ``arange``.
 ``upsample_bicubic2d_backward`` (SAM-2's towers, 5 models of the adaptive sweep) is the same
 with ATen's four-tap cubic convolution matrix per dimension (:func:`cubic_interpolation_matrix`).
 
+``upsample_nearest1d_backward`` and ``_upsample_nearest_exact1d_backward`` (Pe-Audio-Video's
+and speech models' 1-d resampling; torch-mlir lowers only the 2-d nearest backward) are the same
+with a one-hot matrix: output ``o`` copies input ``min(floor(o * scale), size - 1)``
+(``floor((o + 0.5) * scale)`` for nearest-exact) with ATen's float32 ``scale``.
+
 The forward overloads ``upsample_{bilinear2d,trilinear3d,bicubic2d}.default`` (which
 ``F.interpolate`` reaches through its ``.vec`` forms, decomposed already) take PyTorch's own
 decompositions.
@@ -21,6 +26,7 @@ decompositions.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 _aten = torch.ops.aten
@@ -96,6 +102,43 @@ def cubic_interpolation_matrix(out: int, size: int, align_corners: bool, scale: 
     return total
 
 
+def nearest_matrix(out: int, size: int, scale: float | None, exact: bool,
+                   like: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``[out, size]``: one-hot rows, output ``o`` copying its nearest input as ATen's CPU kernels
+    pick it (``nearest_idx`` / ``nearest_neighbor_exact_compute_source_index``): the same index
+    when the sizes agree, ``o // 2`` when the output is twice as long (nearest only), otherwise
+    ``floor(o * scale)`` (``floor((o + 0.5) * scale)``) in float32, clamped to the input, where
+    ``scale`` is the float32 ``1 / scales`` when given and positive, else ``size / out``."""
+    o = _aten.arange.default(out, dtype=torch.int64, device=like.device)
+    if out == size and not exact:
+        index = o
+    elif out == 2 * size and not exact:
+        index = _aten.floor_divide.default(o, 2)
+    else:
+        ratio = float(np.float32(1.0 / scale)) if scale is not None and scale > 0 else \
+            float(np.float32(size) / np.float32(out))
+        src = _aten._to_copy.default(o, dtype=torch.float32)
+        if exact:
+            src = _aten.add.Tensor(src, 0.5)
+        src = _aten.floor.default(_aten.mul.Tensor(src, ratio))
+        index = _aten.clamp_max.default(_aten._to_copy.default(src, dtype=torch.int64), size - 1)
+    positions = _aten.unsqueeze.default(_aten.arange.default(size, dtype=torch.int64, device=like.device), 0)
+    return _aten._to_copy.default(_aten.eq.Tensor(_aten.unsqueeze.default(index, 1), positions), dtype=dtype)
+
+
+def _nearest1d_backward(exact: bool):
+    """The decomposition of ``upsample_nearest1d_backward`` / ``_upsample_nearest_exact1d_backward``
+    (``grad, output_size, input_size, scales``): each input's gradient is the sum of the outputs
+    that copied it."""
+
+    def backward(grad: torch.Tensor, output_size, input_size, scales=None):
+        work = _work_dtype(grad.dtype)
+        return _spread(grad, [nearest_matrix(output_size[0], input_size[-1], scales, exact, grad, work)])
+
+    backward.__name__ = ("_upsample_nearest_exact1d" if exact else "upsample_nearest1d") + "_backward_as_matmul"
+    return backward
+
+
 def _identity(n: int, like: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     i = _aten.arange.default(n, dtype=torch.int64, device=like.device)
     return _aten._to_copy.default(_aten.eq.Tensor(_aten.unsqueeze.default(i, 1), _aten.unsqueeze.default(i, 0)),
@@ -157,6 +200,8 @@ def upsampling_decompositions() -> dict:
     table[_aten.upsample_bilinear2d_backward.default] = _backward_as_matmuls(2)
     table[_aten.upsample_trilinear3d_backward.default] = _backward_as_matmuls(3)
     table[_aten.upsample_bicubic2d_backward.default] = upsample_bicubic2d_backward_as_matmuls
+    table[_aten.upsample_nearest1d_backward.default] = _nearest1d_backward(exact=False)
+    table[_aten._upsample_nearest_exact1d_backward.default] = _nearest1d_backward(exact=True)
     return table
 
 
