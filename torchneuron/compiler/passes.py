@@ -66,6 +66,7 @@ def decompositions(convolution_backward: bool = True) -> dict:
     from .attention import attention_decompositions
     from .convolution import convolution_decompositions
     from .diagonal_and_roll import diagonal_and_roll_decompositions
+    from .distances import distance_decompositions
     from .extrema import extrema_decompositions
     from .foreach import foreach_decompositions
     from .gcd import gcd_decompositions
@@ -108,6 +109,7 @@ def decompositions(convolution_backward: bool = True) -> dict:
     table.update(scatter_reduction_decompositions())
     table.update(diagonal_and_roll_decompositions())
     table.update(special_function_decompositions())
+    table.update(distance_decompositions())
     return table
 
 
