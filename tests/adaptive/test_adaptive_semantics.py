@@ -326,3 +326,22 @@ def test_triangular_solve_is_recorded_with_atens_layout(adaptive_mode):
     ref[:, 0] = 0
     ref = (ref * 2).mT.reshape(2, 64) + 1
     torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_window_flushed_inside_indexing_with_0d_index_tensors_is_fused(adaptive_mode):
+    """``t[rows, cols] = v`` with tuples of 0-d device tensors (UDOP) reads each index with
+    ``item()`` inside PyTorch's C++ indexing, which excludes the Python dispatch key: the window
+    pending there still compiles (FakeTensor refused to trace under the exclusion)."""
+    x = torch.randn(4, 5)
+    ind = torch.tensor([[0, 1], [2, 3], [3, 4]])
+    d = x.to("neuron")
+    y = (d * 2).sin() + 1  # pending in the window
+    rows, cols = zip(*ind.to("neuron"), strict=True)
+    mask = torch.ones(4, 5, dtype=torch.bool, device="neuron")
+    mask[rows, cols] = False
+    out = torch.where(mask, y, 0.0).cpu()
+    ref_mask = torch.ones(4, 5, dtype=torch.bool)
+    ref_mask[tuple(zip(*ind, strict=True))] = False
+    torch.testing.assert_close(out, torch.where(ref_mask, (x * 2).sin() + 1, 0.0))
+    m = adaptive.get_metrics()
+    assert m["windows_non_fusable"] == 0 and m["windows_fused"] >= 1, m

@@ -132,8 +132,22 @@ def _compile(gm: fx.GraphModule, inputs: list[torch.Tensor]):
     from ..compiler.backend import compile_with_aot_autograd
     from ..compiler.settings import CompileOptions
 
-    with torch.no_grad():
+    with torch.no_grad(), _python_dispatch_allowed():
         return compile_with_aot_autograd(gm, inputs, CompileOptions(fallback=False, partition=True))
+
+
+def _python_dispatch_allowed():
+    """The dispatcher's thread-local key sets of an ordinary eager call for tracing a window.
+
+    A window can be flushed from inside PyTorch's C++ code that excludes the Python dispatch key,
+    e.g. ``t[rows, cols] = v`` with tuples of 0-d tensors (UDOP) reads each index with ``item()``,
+    a synchronisation point; FakeTensor's tracing refuses to start there ("you set no_dispatch()").
+    Tracing the window's graph touches no user tensor, so the exclusion is lifted for it alone."""
+    exclude = torch._C._dispatch_tls_local_exclude_set()
+    if not exclude.has(torch._C.DispatchKey.Python):
+        return contextlib.nullcontext()
+    return torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(),
+                                           exclude.remove(torch._C.DispatchKey.Python))
 
 
 _IMPOSSIBLE_VIEW = "Cannot view a tensor with shape"
