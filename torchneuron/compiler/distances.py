@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch._decomp.decompositions import _euclidean_dist
 
 _aten = torch.ops.aten
 
@@ -52,15 +53,6 @@ def _differences(x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
     return _aten.sub.Tensor(_aten.unsqueeze.default(x1, -2), _aten.unsqueeze.default(x2, -3))
 
 
-def _euclidean(x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
-    """ATen's ``_euclidean_dist``: one matrix product with the squared norms appended."""
-    n1 = _aten.sum.dim_IntList(_aten.mul.Tensor(x1, x1), [-1], True)
-    n2 = _aten.sum.dim_IntList(_aten.mul.Tensor(x2, x2), [-1], True)
-    a = _aten.cat.default([_aten.mul.Tensor(x1, -2), n1, _aten.ones_like.default(n1)], -1)
-    b = _aten.cat.default([x2, _aten.ones_like.default(n2), n2], -1)
-    return _aten.sqrt.default(_aten.clamp_min.default(_aten.matmul.default(a, _aten.transpose.int(b, -1, -2)), 0))
-
-
 def cdist_forward(x1: torch.Tensor, x2: torch.Tensor, p: float, compute_mode: int | None = None):
     x1e, x2e, batch = _expanded(x1, x2)
     if not _supported(x1e, x2e, batch) or p < 0:
@@ -68,7 +60,7 @@ def cdist_forward(x1: torch.Tensor, x2: torch.Tensor, p: float, compute_mode: in
     r1, r2 = x1.shape[-2], x2.shape[-2]
     mode = 0 if compute_mode is None else compute_mode
     if p == 2 and (mode == 1 or (mode == 0 and (r1 > 25 or r2 > 25))):
-        return _euclidean(x1e, x2e)
+        return _euclidean_dist(x1e, x2e)  # PyTorch's decomposition of ATen's route
     d = _aten.abs.default(_differences(x1e, x2e))
     if p == 0:
         return _aten.sum.dim_IntList(_aten.clamp_max.default(_aten.ceil.default(d), 1), [-1])
