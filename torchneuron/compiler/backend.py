@@ -26,7 +26,8 @@ from . import graph_cache, precompile, verify
 from .errors import NeuronCompilationError
 from .graph_compiler import compile_graph
 from .passes import decompositions
-from .settings import CompileOptions
+from .saved_views import partition as partition_recomputing_views
+from .settings import CompileOptions, recompute_views
 
 _DEFAULT_MODES = (None, "default")
 
@@ -71,6 +72,7 @@ def compile_with_aot_autograd(gm: torch.fx.GraphModule, example_inputs, options:
         bw_compiler=_graph_compiler("backward", options, stored),
         inference_compiler=_graph_compiler("inference", options, stored),
         decompositions=_DecompositionTable(convolution_backward=not options.uses_library_convolutions),
+        **({"partition_fn": partition_recomputing_views} if recompute_views() else {}),
     )
     with graph_cache.storing(options) if stored else contextlib.nullcontext():
         return backend(gm, example_inputs)

@@ -33,6 +33,13 @@ def data_tiling() -> bool:
     return os.environ.get("TORCHNEURON_DATA_TILING", "1") not in ("0", "false", "False", "off")
 
 
+def recompute_views() -> bool:
+    """Whether views of parameters and of saved values are recomputed in the backward graph
+    instead of saved by the forward graph (``saved_views.py``; ``TORCHNEURON_RECOMPUTE_VIEWS=0``
+    saves them as AOTAutograd's default partitioner does)."""
+    return os.environ.get("TORCHNEURON_RECOMPUTE_VIEWS", "1") not in ("0", "false", "False", "off")
+
+
 def link_regions() -> bool:
     """Whether a graph's compiled regions are linked into one program (``linker.py``;
     ``TORCHNEURON_LINK_REGIONS=0`` compiles a program per region)."""
