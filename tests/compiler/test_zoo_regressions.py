@@ -553,6 +553,39 @@ def test_every_used_scatter_result_is_fenced():
     assert text.count("stablehlo.optimization_barrier") == 1, text
 
 
+def _sum_of_slices(*xs):
+    """DenseNet's backward: a feature map's gradient is the sum of slices of every later
+    layer's input gradient, one buffer each."""
+    acc = xs[0][:, :4]
+    for x in xs[1:]:
+        acc = acc + x[:, :4] * 2
+    return acc
+
+
+def test_sum_of_forty_buffers_loads_as_one_program():
+    """Fused into one dispatch, such a sum read more buffers than IREE's runtime binds (``binding
+    count 41 > 32`` when DenseNet-161's backward program loaded), and the program was halved until
+    it loaded; the lowering fences the running sum (``lowering.fence_wide_fusions``)."""
+    xs = [torch.randn(8, 8 + i, generator=torch.Generator().manual_seed(i)) for i in range(40)]
+    got = torch.compile(_sum_of_slices, backend="neuron")(*[x.to(DEVICE) for x in xs]).cpu()
+    (graph,) = get_metrics()["graphs"].values()
+    assert graph["split_regions"] == 0 and graph["eager_nodes"] == 0 and graph["programs"] == 1, graph
+    torch.testing.assert_close(got, _sum_of_slices(*xs))
+
+
+def test_wide_fusions_are_fenced_below_the_limit_and_narrow_ones_not():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torchneuron.compiler import lowering
+
+    def barriers(n):
+        gm = make_fx(_sum_of_slices, tracing_mode="fake")(*[torch.zeros(8, 8 + i) for i in range(n)])
+        return lowering.lower(gm).text.count("stablehlo.optimization_barrier")
+
+    assert barriers(lowering.FUSION_INPUT_LIMIT) == 0
+    assert barriers(40) == 40 // lowering.FUSION_INPUT_LIMIT
+
+
 @pytest.mark.parametrize("dim,size,step", [(2, 14, 8), (-1, 3, 1), (1, 2, 3)])
 def test_unfold_is_compiled_and_its_gradient_matches_cpu(dim, size, step):
     """HaloNet's attention windows: ``aten.unfold`` did not lower, so it and the padding before it

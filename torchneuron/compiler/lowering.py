@@ -80,6 +80,7 @@ def _lower_here(gm: fx.GraphModule, name: str) -> Lowered:
         detail = diagnostics[0] if diagnostics else _summarise(str(err))
         raise LoweringError(detail) from err
     fence_scatters(module)
+    fence_wide_fusions(module)
     op = module.operation
     text = op.get_asm(enable_debug_info=False)
     if _RESIDUAL_TORCH.search(text):
@@ -116,6 +117,79 @@ def fence_scatters(module) -> int:
                                               operands=[result])
             result.replace_all_uses_except(barrier.result, barrier)
             fenced += 1
+    return fenced
+
+
+# Ops that IREE fuses into one elementwise dispatch with their producers and consumers; a
+# dispatch reads every buffer at the leaves of such a tree.
+_FUSABLE = frozenset(f"stablehlo.{n}" for n in (
+    "add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "negate", "abs",
+    "exponential", "exponential_minus_one", "log", "log_plus_one", "sqrt", "rsqrt", "tanh", "logistic",
+    "power", "sine", "cosine", "floor", "ceil", "round_nearest_even", "sign", "clamp", "select",
+    "compare", "convert", "and", "or", "not", "xor", "slice", "reshape", "broadcast_in_dim",
+    "transpose", "pad", "concatenate", "reverse", "dynamic_slice"))
+# IREE's CPU runtime refuses a dispatch with more than 32 buffer bindings (``binding count 41 >
+# 32`` when the program loads); a fused tree is fenced well below that, its results included.
+FUSION_INPUT_LIMIT = 16
+
+
+def fence_wide_fusions(module, limit: int = FUSION_INPUT_LIMIT) -> int:
+    """Optimization barriers that keep elementwise trees of more than ``limit`` input buffers
+    out of one dispatch; returns how many.
+
+    DenseNet's backward adds up the gradient of each feature map from slices of every later
+    layer's input gradient: one sum of 40+ slices of distinct buffers, which IREE 3.13 fuses
+    into one dispatch that compiles but cannot be loaded (more than 32 bindings). The program
+    was then halved again and again until each piece loaded (DenseNet-161's backward: 18
+    programs, 134 s of compilation). Walking the function in order, each value with a single
+    elementwise user carries the set of buffers its elementwise tree reads (other values are
+    written to memory and read as one buffer); where an op's set would exceed ``limit``, its
+    widest operand is fenced and counts as one buffer.
+    Values are unchanged: the partial sum goes to memory instead of staying in registers."""
+    fenced = 0
+    for func in module.body.operations:
+        if func.regions and func.regions[0].blocks:
+            fenced += _fence_block(func.regions[0].blocks[0], limit)
+    return fenced
+
+
+def _fence_block(block, limit: int) -> int:
+    from torch_mlir import ir
+
+    fenced = 0
+    leaves: dict = {}  # value -> frozenset of the buffers its fused tree reads
+
+    def reads(value) -> frozenset:
+        return leaves.get(value, frozenset([value]))
+
+    for op in list(block.operations):
+        if op.name in ("stablehlo.constant", "stablehlo.iota", "arith.constant"):
+            for result in op.results:
+                leaves[result] = frozenset()  # folded into the dispatch, not a buffer
+            continue
+        if op.name not in _FUSABLE:
+            continue
+        while True:
+            operands = list(op.operands)
+            union = frozenset().union(*(reads(v) for v in operands))
+            if len(union) <= limit:
+                break
+            widest = max(operands, key=lambda v: len(reads(v)))
+            if len(reads(widest)) <= 1:
+                break  # only distinct buffers: nothing left to fence
+            with ir.InsertionPoint(op), op.location:
+                barrier = ir.Operation.create("stablehlo.optimization_barrier",
+                                              results=[widest.type], operands=[widest])
+            for i, v in enumerate(operands):
+                if v == widest:
+                    op.operands[i] = barrier.result
+            fenced += 1
+        for result in op.results:
+            users = [u.owner for u in result.uses]
+            # a value with several users, or one outside the elementwise set, is written to
+            # memory: its consumers read it as one buffer
+            if not union or (len(users) == 1 and users[0].name in _FUSABLE):
+                leaves[result] = union  # (computed from constants alone: folded, no buffer)
     return fenced
 
 
