@@ -134,3 +134,25 @@ def _copy(model: nn.Module) -> nn.Module:
     import copy
 
     return copy.deepcopy(model)
+
+
+def test_view_returned_to_the_user_and_read_by_the_backward():
+    """The output node returns forward values as well as gradients; a view the user gets back
+    stays a forward output while the backward takes its own copy."""
+
+    def fn(x, w):
+        v = torch.tanh(x).view(4, 8)
+        return (v @ w).sum(), v
+
+    graphs: dict = {}
+    f = aot_function(fn, fw_compiler=_capture(graphs, "fw"), bw_compiler=_capture(graphs, "bw"),
+                     partition_fn=saved_views.partition)
+    x, w = torch.randn(32, requires_grad=True), torch.randn(8, 3, requires_grad=True)
+    s, v = f(x, w)
+    (s + v.sum()).backward()
+    xr, wr = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    sr, vr = fn(xr, wr)
+    (sr + vr.sum()).backward()
+    torch.testing.assert_close(v, vr)
+    torch.testing.assert_close(x.grad, xr.grad)
+    torch.testing.assert_close(w.grad, wr.grad)

@@ -77,8 +77,12 @@ def recompute_views_in_backward(graph: fx.Graph) -> int:
     """Rewrite the joint ``graph`` (see the module docstring); returns the views moved."""
     forward = _forward_nodes(graph)
 
+    def backward_users(node: fx.Node) -> list[fx.Node]:
+        # the output node returns forward values too (user outputs): not a backward use here
+        return [u for u in node.users if u not in forward and u.op != "output"]
+
     def used_by_backward(node: fx.Node) -> bool:
-        return any(u not in forward for u in node.users)
+        return bool(backward_users(node))
 
     position = {n: i for i, n in enumerate(graph.nodes)}
     moved = 0
@@ -93,8 +97,8 @@ def recompute_views_in_backward(graph: fx.Graph) -> int:
             continue
         if not (used_by_backward(root) or _nbytes(node) >= _nbytes(root)):
             continue  # saving the root instead of a narrowing view would keep more bytes
-        backward_users = [u for u in node.users if u not in forward]
-        first = min(backward_users, key=position.__getitem__)
+        users = backward_users(node)
+        first = min(users, key=position.__getitem__)
         copies: dict[fx.Node, fx.Node] = {root: root}
         with graph.inserting_before(first):
             for link in chain[1:]:
@@ -102,7 +106,7 @@ def recompute_views_in_backward(graph: fx.Graph) -> int:
                 copy.meta = dict(link.meta)
                 copy.meta.pop("partitioner_tag", None)
                 copies[link] = copy
-        for user in backward_users:
+        for user in users:
             user.replace_input_with(node, copies[node])
         moved += 1
     if moved:
