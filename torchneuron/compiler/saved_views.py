@@ -58,7 +58,7 @@ def _forward_nodes(graph: fx.Graph) -> set[fx.Node]:
 
 
 def _view_chain(node: fx.Node, forward: set[fx.Node]) -> list[fx.Node] | None:
-    """The views from a root to ``node`` (root first, excluded), if every link is a forward view
+    """The root and the views from it to ``node`` (root first), if every link is a forward view
     whose only tensor argument is the previous link."""
     chain = []
     while _is_view(node) and node in forward:
