@@ -89,6 +89,15 @@ def _lower_here(gm: fx.GraphModule, name: str) -> Lowered:
     return Lowered(text, op.get_asm(enable_debug_info=True))
 
 
+def _optimization_barrier(value, where, location):
+    """A ``stablehlo.optimization_barrier`` of ``value`` at insertion point ``where``: IREE does not
+    fuse across it, and the value passes through unchanged."""
+    from torch_mlir import ir
+
+    with where, location:
+        return ir.Operation.create("stablehlo.optimization_barrier", results=[value.type], operands=[value])
+
+
 def fence_scatters(module) -> int:
     """An optimization barrier on every used ``stablehlo.scatter`` result; returns how many.
 
@@ -112,9 +121,7 @@ def fence_scatters(module) -> int:
         for result in op.results:
             if not any(True for _ in result.uses):
                 continue
-            with ir.InsertionPoint.after(op), op.location:
-                barrier = ir.Operation.create("stablehlo.optimization_barrier", results=[result.type],
-                                              operands=[result])
+            barrier = _optimization_barrier(result, ir.InsertionPoint.after(op), op.location)
             result.replace_all_uses_except(barrier.result, barrier)
             fenced += 1
     return fenced
@@ -177,9 +184,7 @@ def _fence_block(block, limit: int) -> int:
             widest = max(operands, key=lambda v: len(reads(v)))
             if len(reads(widest)) <= 1:
                 break  # only distinct buffers: nothing left to fence
-            with ir.InsertionPoint(op), op.location:
-                barrier = ir.Operation.create("stablehlo.optimization_barrier",
-                                              results=[widest.type], operands=[widest])
+            barrier = _optimization_barrier(widest, ir.InsertionPoint(op), op.location)
             for i, v in enumerate(operands):
                 if v == widest:
                     op.operands[i] = barrier.result

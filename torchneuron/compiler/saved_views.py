@@ -116,6 +116,6 @@ def recompute_views_in_backward(graph: fx.Graph) -> int:
 
 def partition(joint_module: fx.GraphModule, joint_inputs, **kwargs):
     """AOTAutograd's ``default_partition`` after :func:`recompute_views_in_backward`."""
-    recompute_views_in_backward(joint_module.graph)
-    joint_module.recompile()
+    if recompute_views_in_backward(joint_module.graph):
+        joint_module.recompile()
     return default_partition(joint_module, joint_inputs, **kwargs)

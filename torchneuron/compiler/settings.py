@@ -14,6 +14,11 @@ def _env_flag(name: str) -> bool:
     return os.environ.get(name, "0") in _TRUE
 
 
+def _env_on(name: str) -> bool:
+    """A switch that is on unless set to 0, false or off."""
+    return os.environ.get(name, "1") not in ("0", "false", "False", "off")
+
+
 def cache_dir() -> Path:
     """``TORCHNEURON_CACHE_DIR``, default ``~/.cache/torchneuron``."""
     d = os.environ.get("TORCHNEURON_CACHE_DIR")
@@ -24,26 +29,26 @@ def cache_dir() -> Path:
 
 
 def disk_cache_enabled() -> bool:
-    return os.environ.get("TORCHNEURON_CACHE", "1") not in ("0", "false", "False", "off")
+    return _env_on("TORCHNEURON_CACHE")
 
 
 def data_tiling() -> bool:
     """Whether programs are compiled with IREE's data tiling (``TORCHNEURON_DATA_TILING``,
     default on)."""
-    return os.environ.get("TORCHNEURON_DATA_TILING", "1") not in ("0", "false", "False", "off")
+    return _env_on("TORCHNEURON_DATA_TILING")
 
 
 def recompute_views() -> bool:
     """Whether views of parameters and of saved values are recomputed in the backward graph
     instead of saved by the forward graph (``saved_views.py``; ``TORCHNEURON_RECOMPUTE_VIEWS=0``
     saves them as AOTAutograd's default partitioner does)."""
-    return os.environ.get("TORCHNEURON_RECOMPUTE_VIEWS", "1") not in ("0", "false", "False", "off")
+    return _env_on("TORCHNEURON_RECOMPUTE_VIEWS")
 
 
 def link_regions() -> bool:
     """Whether a graph's compiled regions are linked into one program (``linker.py``;
     ``TORCHNEURON_LINK_REGIONS=0`` compiles a program per region)."""
-    return os.environ.get("TORCHNEURON_LINK_REGIONS", "1") not in ("0", "false", "False", "off")
+    return _env_on("TORCHNEURON_LINK_REGIONS")
 
 
 def dump_dir() -> Path | None:
@@ -114,7 +119,7 @@ class CompileOptions:
             options["fallback"] = _env_flag("TORCHNEURON_COMPILE_FALLBACK")
         for name in ("library_convolutions", "library_concatenations"):
             if name not in options:
-                options[name] = os.environ.get(f"TORCHNEURON_{name.upper()}", "1") not in ("0", "false", "False", "off")
+                options[name] = _env_on(f"TORCHNEURON_{name.upper()}")
         return cls(**{k: bool(v) for k, v in options.items()})
 
     @property
