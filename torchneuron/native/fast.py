@@ -86,6 +86,12 @@ def refresh() -> None:
     mod.set_enabled(lazy.RECORDER is None and lazy.FLUSH is None and activity.RECORDER is None and not observed)
 
 
+def boundary():
+    """The C++ module for compiled programs' inputs and results (``host_aliases``,
+    ``adopt_results``; each answers None while the fast path is off), or None without it."""
+    return _state["module"] if _registered else None
+
+
 def counts() -> dict[str, int]:
     """``{"aten::name.overload": calls}`` that ran on the C++ path since the last clear."""
     mod = _state["module"]
@@ -112,4 +118,4 @@ def host_storage(storage):
     return None if mod is None else mod.host_storage(storage)
 
 
-__all__ = ["build", "clear_counts", "counts", "host_storage", "module", "owns", "refresh", "register", "status"]
+__all__ = ["boundary", "build", "clear_counts", "counts", "host_storage", "module", "owns", "refresh", "register", "status"]

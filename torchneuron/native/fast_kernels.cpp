@@ -47,6 +47,7 @@
 #include <c10/core/TensorImpl.h>
 #include <c10/util/SmallVector.h>
 #include <torch/csrc/Storage.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/library.h>
 
 #include <atomic>
@@ -140,6 +141,31 @@ void adopted_delete(void* ctx) {
     acc.free_locked(a->nbytes, a->rounded, false);
   }
   delete a;  // drops the host storage: the bytes go back to the host allocator
+}
+
+// the host storage `hs` (a kernel's result) as a device storage of `core` that owns it, accounted
+// as a new allocation; an empty Storage if it does not fit the core's capacity (the Python
+// allocator then empties its cache first, or raises torch.OutOfMemoryError with the figures)
+c10::Storage adopt_storage(const c10::Storage& hs, int core) {
+  c10::StorageImpl* hsi = hs.unsafeGetStorageImpl();
+  const int64_t nbytes = static_cast<int64_t>(hsi->nbytes());
+  const int64_t rounded = round_size(nbytes);
+  if (!accounts(core).try_adopt(nbytes, rounded)) {
+    return c10::Storage();
+  }
+  void* data = const_cast<void*>(hsi->data_ptr().get());
+  auto* ctx = new Adopted{hs, nbytes, rounded, core};
+  return c10::Storage(c10::Storage::use_byte_size_t(), static_cast<size_t>(nbytes),
+                      c10::DataPtr(data, ctx, &adopted_delete, c10::Device(kDevice, static_cast<c10::DeviceIndex>(core))),
+                      nullptr, false);
+}
+
+// a device tensor over `ds` with the dtype and geometry of the host tensor `like`
+at::Tensor device_tensor(c10::Storage ds, const at::Tensor& like) {
+  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(ds), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                                   like.dtype());
+  impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  return at::Tensor(std::move(impl));
 }
 
 // ---- dtypes ---------------------------------------------------------------------------------------
@@ -347,23 +373,13 @@ struct Call {
       }
     }
     if (!ds) {
-      const int64_t nbytes = static_cast<int64_t>(hsi->nbytes());
-      const int64_t rounded = round_size(nbytes);
-      if (!accounts(core).try_adopt(nbytes, rounded)) {
+      ds = adopt_storage(h.storage(), core);
+      if (!ds) {
         return false;
       }
-      void* data = const_cast<void*>(hsi->data_ptr().get());
-      auto* ctx = new Adopted{h.storage(), nbytes, rounded, core};
-      ds = c10::Storage(c10::Storage::use_byte_size_t(), static_cast<size_t>(nbytes),
-                        c10::DataPtr(data, ctx, &adopted_delete,
-                                     c10::Device(kDevice, static_cast<c10::DeviceIndex>(core))),
-                        nullptr, false);
       device_of.emplace_back(hsi, ds);
     }
-    auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(ds), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                                     h.dtype());
-    impl->set_sizes_and_strides(h.sizes(), h.strides(), h.storage_offset());
-    *out = at::Tensor(std::move(impl));
+    *out = device_tensor(std::move(ds), h);
     return true;
   }
 
@@ -610,6 +626,157 @@ PyObject* py_host_storage(PyObject*, PyObject* obj) {
   return THPStorage_Wrap(adopted->host);
 }
 
+// ---- the boundary of compiled programs --------------------------------------------------------
+// A compiled program (torchneuron/compiler/executable.py) reads its inputs' bytes through host
+// aliases passed to the runtime, and its results are fresh host buffers adopted as device memory.
+// In Python each value cost 5-15 us there; a CNN's training step calls a few dozen small programs
+// with a dozen values each (ResNet-18's step in bench/compile.py: ~12 of its ~80 ms). These two
+// do the same in C++ while the fast path is on (nothing observes memory or records operations).
+
+// a host alias's hold on the device storage whose bytes it reads
+void alias_delete(void* ctx) {
+  delete static_cast<c10::Storage*>(ctx);
+}
+
+// whether the runtime can read the device tensor `d` through a plain host alias: dense bytes
+// at a 64-byte boundary (what IREE imports), no bit a host alias would have to carry
+bool passes_as_is(const at::Tensor& d) {
+  if (d.layout() != c10::kStrided || !d.has_storage() || d.is_neg() || d.is_conj() ||
+      d.scalar_type() == c10::ScalarType::Bool || d.numel() == 0 || !d.is_contiguous()) {
+    return false;
+  }
+  const c10::StorageImpl* st = d.storage().unsafeGetStorageImpl();
+  return within_storage(d, st) && reinterpret_cast<uintptr_t>(d.data_ptr()) % 64 == 0;
+}
+
+// a CPU tensor over the device tensor's bytes, holding its storage
+at::Tensor alias_of(const at::Tensor& d) {
+  const c10::Storage& ds = d.storage();
+  void* data = const_cast<void*>(ds.unsafeGetStorageImpl()->data_ptr().get());
+  c10::Storage hs(c10::Storage::use_byte_size_t(), ds.nbytes(),
+                  c10::DataPtr(data, new c10::Storage(ds), &alias_delete, c10::Device(c10::kCPU)), nullptr, false);
+  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(hs), c10::DispatchKeySet(c10::DispatchKey::CPU), d.dtype());
+  impl->set_sizes_and_strides(d.sizes(), d.strides(), d.storage_offset());
+  return at::Tensor(std::move(impl));
+}
+
+// host_aliases(tensors) -> (aliases, core), or None while the fast path is off. aliases[i] is a
+// CPU tensor over tensors[i]'s bytes when it is a device tensor the runtime can read as it is
+// (passes_as_is), else None (the caller's Python path handles it); core is the logical core of
+// the first device tensor, or -1
+PyObject* py_host_aliases(PyObject*, PyObject* arg) {
+  if (!g_enabled.load(std::memory_order_relaxed)) {
+    Py_RETURN_NONE;
+  }
+  PyObject* seq = PySequence_Fast(arg, "host_aliases() expects a sequence of tensors");
+  if (seq == nullptr) {
+    return nullptr;
+  }
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  PyObject* out = PyList_New(n);
+  if (out == nullptr) {
+    Py_DECREF(seq);
+    return nullptr;
+  }
+  int core = -1;
+  try {
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyObject* item = PySequence_Fast_GET_ITEM(seq, i);
+      PyObject* alias = nullptr;
+      if (THPVariable_CheckExact(item)) {
+        const at::Tensor& d = THPVariable_Unpack(item);
+        if (d.defined() && d.device().type() == kDevice) {
+          if (core < 0) {
+            core = d.device().index();
+          }
+          if (passes_as_is(d)) {
+            alias = THPVariable_Wrap(alias_of(d));
+            if (alias == nullptr) {
+              throw std::runtime_error("could not wrap a host alias");
+            }
+          }
+        }
+      }
+      if (alias == nullptr) {
+        Py_INCREF(Py_None);
+        alias = Py_None;
+      }
+      PyList_SET_ITEM(out, i, alias);
+    }
+  } catch (const std::exception& e) {
+    Py_DECREF(seq);
+    Py_DECREF(out);
+    if (!PyErr_Occurred()) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+    return nullptr;
+  }
+  Py_DECREF(seq);
+  return Py_BuildValue("(Ni)", out, core);
+}
+
+// adopt_results(tensors, core) -> list, or None while the fast path is off: each CPU tensor (a
+// program's fresh result) as a device tensor of `core` owning its bytes, accounted as a new
+// allocation; None for one that is not a plain CPU tensor or does not fit the core's capacity
+// (the caller's Python path handles it: the allocator empties its cache, or raises the OOM error)
+PyObject* py_adopt_results(PyObject*, PyObject* args) {
+  PyObject* tensors = nullptr;
+  int core = 0;
+  if (!PyArg_ParseTuple(args, "Oi", &tensors, &core)) {
+    return nullptr;
+  }
+  if (core < 0 || core >= kMaxCores) {
+    PyErr_Format(PyExc_ValueError, "no logical core %d", core);
+    return nullptr;
+  }
+  if (!g_enabled.load(std::memory_order_relaxed)) {
+    Py_RETURN_NONE;
+  }
+  PyObject* seq = PySequence_Fast(tensors, "adopt_results() expects a sequence of tensors");
+  if (seq == nullptr) {
+    return nullptr;
+  }
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  PyObject* out = PyList_New(n);
+  if (out == nullptr) {
+    Py_DECREF(seq);
+    return nullptr;
+  }
+  try {
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyObject* item = PySequence_Fast_GET_ITEM(seq, i);
+      PyObject* dev = nullptr;
+      if (THPVariable_CheckExact(item)) {
+        const at::Tensor& h = THPVariable_Unpack(item);
+        if (h.defined() && h.device().type() == c10::kCPU && h.layout() == c10::kStrided && h.has_storage() &&
+            !h.is_neg() && !h.is_conj()) {
+          c10::Storage ds = adopt_storage(h.storage(), core);
+          if (ds) {
+            dev = THPVariable_Wrap(device_tensor(std::move(ds), h));
+            if (dev == nullptr) {
+              throw std::runtime_error("could not wrap an adopted result");
+            }
+          }
+        }
+      }
+      if (dev == nullptr) {
+        Py_INCREF(Py_None);
+        dev = Py_None;
+      }
+      PyList_SET_ITEM(out, i, dev);
+    }
+  } catch (const std::exception& e) {
+    Py_DECREF(seq);
+    Py_DECREF(out);
+    if (!PyErr_Occurred()) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+    return nullptr;
+  }
+  Py_DECREF(seq);
+  return out;
+}
+
 // accounts: alloc(nbytes, rounded, from_cache), free(nbytes, rounded, to_cache), unreserve(n)
 // the accounts of the core named by the first argument; nullptr with a Python error if invalid
 Accounts* core_accounts(int core) {
@@ -741,6 +908,12 @@ PyMethodDef methods[] = {
     {"owns", py_owns, METH_O, "whether a neuron storage holds memory this module adopted"},
     {"host_storage", py_host_storage, METH_O,
      "the CPU storage owning an adopted neuron storage's bytes, or None"},
+    {"host_aliases", py_host_aliases, METH_O,
+     "host_aliases(tensors) -> (aliases, core) or None: host aliases of the device tensors a compiled program "
+     "reads as they are (None for the others), and the first device tensor's core"},
+    {"adopt_results", py_adopt_results, METH_VARARGS,
+     "adopt_results(tensors, core) -> list or None: a program's host results as device tensors of the core "
+     "(None for those the Python path must take)"},
     {"account_alloc", py_account_alloc, METH_VARARGS, "account_alloc(core, nbytes, rounded, from_cache)"},
     {"account_free", py_account_free, METH_VARARGS, "account_free(core, nbytes, rounded, to_cache)"},
     {"account_unreserve", py_account_unreserve, METH_VARARGS, "account_unreserve(core, n): reserved -= n"},
