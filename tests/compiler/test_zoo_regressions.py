@@ -64,7 +64,11 @@ def test_ceil_mode_decomposition_matches_aten_exhaustively():
 def _with_ties_nans_and_infinities(x: torch.Tensor) -> torch.Tensor:
     x[0, 0, 1, 1] = float("nan")
     x[1, 1, 2, :] = float("-inf")
+    x[1, 1, :2, :2] = float("-inf")  # a corner window all -inf, padding included: its first input position
     x[1, 2, :2, :2] = 0.5  # a tie in the first window
+    x[1, 0, 0, :2] = float("nan")  # two NaNs in one window: the last one's position
+    x[0, 2, :3, :3] = -1.0
+    x[0, 2, 0, 1], x[0, 2, 1, 0] = -0.0, 0.0  # a tie of signed zeros: the first one, with its sign
     return x
 
 
