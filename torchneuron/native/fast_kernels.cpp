@@ -662,15 +662,11 @@ at::Tensor alias_of(const at::Tensor& d) {
   return at::Tensor(std::move(impl));
 }
 
-// host_aliases(tensors) -> (aliases, core), or None while the fast path is off. aliases[i] is a
-// CPU tensor over tensors[i]'s bytes when it is a device tensor the runtime can read as it is
-// (passes_as_is), else None (the caller's Python path handles it); core is the logical core of
-// the first device tensor, or -1
-PyObject* py_host_aliases(PyObject*, PyObject* arg) {
-  if (!g_enabled.load(std::memory_order_relaxed)) {
-    Py_RETURN_NONE;
-  }
-  PyObject* seq = PySequence_Fast(arg, "host_aliases() expects a sequence of tensors");
+// a list of fn(t) for the tensors t of the sequence `arg`, None where fn gives an undefined tensor
+// (or the item is not a plain tensor); nullptr with a Python error set if anything fails
+template <typename F>
+PyObject* map_tensors(PyObject* arg, const char* what, F&& fn) {
+  PyObject* seq = PySequence_Fast(arg, what);
   if (seq == nullptr) {
     return nullptr;
   }
@@ -680,30 +676,23 @@ PyObject* py_host_aliases(PyObject*, PyObject* arg) {
     Py_DECREF(seq);
     return nullptr;
   }
-  int core = -1;
   try {
     for (Py_ssize_t i = 0; i < n; ++i) {
       PyObject* item = PySequence_Fast_GET_ITEM(seq, i);
-      PyObject* alias = nullptr;
+      at::Tensor r;
       if (THPVariable_CheckExact(item)) {
-        const at::Tensor& d = THPVariable_Unpack(item);
-        if (d.defined() && d.device().type() == kDevice) {
-          if (core < 0) {
-            core = d.device().index();
-          }
-          if (passes_as_is(d)) {
-            alias = THPVariable_Wrap(alias_of(d));
-            if (alias == nullptr) {
-              throw std::runtime_error("could not wrap a host alias");
-            }
-          }
+        r = fn(THPVariable_Unpack(item));
+      }
+      PyObject* o = Py_None;
+      if (r.defined()) {
+        o = THPVariable_Wrap(std::move(r));
+        if (o == nullptr) {
+          throw std::runtime_error("could not wrap a tensor");
         }
-      }
-      if (alias == nullptr) {
+      } else {
         Py_INCREF(Py_None);
-        alias = Py_None;
       }
-      PyList_SET_ITEM(out, i, alias);
+      PyList_SET_ITEM(out, i, o);
     }
   } catch (const std::exception& e) {
     Py_DECREF(seq);
@@ -714,7 +703,28 @@ PyObject* py_host_aliases(PyObject*, PyObject* arg) {
     return nullptr;
   }
   Py_DECREF(seq);
-  return Py_BuildValue("(Ni)", out, core);
+  return out;
+}
+
+// host_aliases(tensors) -> (aliases, core), or None while the fast path is off. aliases[i] is a
+// CPU tensor over tensors[i]'s bytes when it is a device tensor the runtime can read as it is
+// (passes_as_is), else None (the caller's Python path handles it); core is the logical core of
+// the first device tensor, or -1
+PyObject* py_host_aliases(PyObject*, PyObject* arg) {
+  if (!g_enabled.load(std::memory_order_relaxed)) {
+    Py_RETURN_NONE;
+  }
+  int core = -1;
+  PyObject* aliases = map_tensors(arg, "host_aliases() expects a sequence of tensors", [&](const at::Tensor& d) {
+    if (!d.defined() || d.device().type() != kDevice) {
+      return at::Tensor();
+    }
+    if (core < 0) {
+      core = d.device().index();
+    }
+    return passes_as_is(d) ? alias_of(d) : at::Tensor();
+  });
+  return aliases == nullptr ? nullptr : Py_BuildValue("(Ni)", aliases, core);
 }
 
 // adopt_results(tensors, core) -> list, or None while the fast path is off: each CPU tensor (a
@@ -734,49 +744,14 @@ PyObject* py_adopt_results(PyObject*, PyObject* args) {
   if (!g_enabled.load(std::memory_order_relaxed)) {
     Py_RETURN_NONE;
   }
-  PyObject* seq = PySequence_Fast(tensors, "adopt_results() expects a sequence of tensors");
-  if (seq == nullptr) {
-    return nullptr;
-  }
-  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-  PyObject* out = PyList_New(n);
-  if (out == nullptr) {
-    Py_DECREF(seq);
-    return nullptr;
-  }
-  try {
-    for (Py_ssize_t i = 0; i < n; ++i) {
-      PyObject* item = PySequence_Fast_GET_ITEM(seq, i);
-      PyObject* dev = nullptr;
-      if (THPVariable_CheckExact(item)) {
-        const at::Tensor& h = THPVariable_Unpack(item);
-        if (h.defined() && h.device().type() == c10::kCPU && h.layout() == c10::kStrided && h.has_storage() &&
-            !h.is_neg() && !h.is_conj()) {
-          c10::Storage ds = adopt_storage(h.storage(), core);
-          if (ds) {
-            dev = THPVariable_Wrap(device_tensor(std::move(ds), h));
-            if (dev == nullptr) {
-              throw std::runtime_error("could not wrap an adopted result");
-            }
-          }
-        }
-      }
-      if (dev == nullptr) {
-        Py_INCREF(Py_None);
-        dev = Py_None;
-      }
-      PyList_SET_ITEM(out, i, dev);
+  return map_tensors(tensors, "adopt_results() expects a sequence of tensors", [&](const at::Tensor& h) {
+    if (!h.defined() || h.device().type() != c10::kCPU || h.layout() != c10::kStrided || !h.has_storage() ||
+        h.is_neg() || h.is_conj()) {
+      return at::Tensor();
     }
-  } catch (const std::exception& e) {
-    Py_DECREF(seq);
-    Py_DECREF(out);
-    if (!PyErr_Occurred()) {
-      PyErr_SetString(PyExc_RuntimeError, e.what());
-    }
-    return nullptr;
-  }
-  Py_DECREF(seq);
-  return out;
+    c10::Storage ds = adopt_storage(h.storage(), core);
+    return ds ? device_tensor(std::move(ds), h) : at::Tensor();
+  });
 }
 
 // accounts: alloc(nbytes, rounded, from_cache), free(nbytes, rounded, to_cache), unreserve(n)
