@@ -126,6 +126,19 @@ def test_late_recipes_leave_earlier_choices_alone():
     ("efficientloftr", {"pixel_values": (2, 2, 3, 32, 32)}),
     # one sequence per codebook
     ("musicgen", {"input_ids": (8, 16), "attention_mask": (2, 16)}),
+    # a text token and one token per codebook at each step
+    ("kyutai_speech_to_text", {"input_ids": (2, 16, 33), "attention_mask": (2, 16)}),
+    # as many audio embeddings (8 spectrogram frames each) as text tokens
+    ("voxtral_realtime", {"input_ids": (2, 16), "attention_mask": (2, 16), "input_features": (2, 128, 128)}),
+    # the delay conditioning its decoder layers read
+    ("voxtral_realtime_text", {"input_ids": (2, 16), "attention_mask": (2, 16), "t_cond": (1, 1, 64)}),
+    # MiniCPM-V's vision tower: the images' patches in one row, each image's patch grid
+    ("minicpm_ocr_vision", {"pixel_values": (1, 3, 8, 256), "target_sizes": (2, 2)}),
+    # OneFormer: the tokenized task prompt beside the image
+    ("oneformer", {"pixel_values": (2, 3, 32, 32), "task_inputs": (2, 77)}),
+    # PI0: two camera images and their placeholders, the state token and a chunk of noisy actions
+    ("pi0", {"action_embeds": (2, 51, 64), "input_ids": (2, 48), "pixel_values": (2, 2, 3, 32, 32),
+             "attention_mask": (2, 48), "pixel_attention_mask": (2, 2)}),
 ])
 def test_repair_pass_recipes(name, shapes):
     pytest.importorskip("transformers")
@@ -164,6 +177,48 @@ def test_repair_pass_config_fixes():
     z.hidden_size = 32
     extra.repair_config(z)
     assert (z.attention_hidden_size, z.attention_head_dim, z.mamba_headdim) == (64, 16, 8)
+
+
+def test_rotary_sections_scaled_to_the_reduced_heads():
+    from torchneuron.sweep import transformers_extra as extra
+
+    # sums to the reduced half-width, at least one frequency per section
+    assert registry.scaled_sections([16, 24, 24], 8) == [2, 3, 3]
+    assert registry.scaled_sections([24, 20, 20], 3) == [1, 1, 1]
+    # ERNIE 4.5 VL's split keeps height and width equal; at its own width it is its default
+    assert extra._hw_t_sections(64) == [22, 22, 20]
+    assert extra._hw_t_sections(8) == [3, 3, 2]
+
+
+def test_vision_necks_meet_the_backbone_the_configuration_builds():
+    pytest.importorskip("transformers")
+    # SAM 2: Hiera's stages scaled with its reduced width; the neck reads them deepest first, the
+    # feature sizes and the prompt grid are the encoder's at the recipe's 32 pixels
+    sam2 = registry.build("transformers", "sam2").model.config
+    vc = sam2.vision_config
+    assert vc.backbone_channel_list == vc.backbone_config.embed_dim_per_stage[::-1]
+    assert vc.backbone_config.embed_dim_per_stage[0] == vc.backbone_config.hidden_size
+    side = sam2.prompt_encoder_config.image_size
+    assert vc.backbone_feature_sizes[-1] == [side // sam2.prompt_encoder_config.patch_size] * 2
+    # EdgeTAM: the RepViT its default configuration names in a misspelt key, not timm's ResNet-50
+    edgetam = registry.build("transformers", "edgetam").model.config
+    assert edgetam.vision_config.backbone_config.architecture == "repvit_m1"
+    # a ViT backbone cut to 2 layers: its output layers spread over them, the last one global
+    lw = registry.build("transformers", "lw_detr").model.config.backbone_config
+    assert lw.out_indices[-1] == lw.num_hidden_layers and len(lw.stage_names) == lw.num_hidden_layers + 1
+
+
+def test_a_recipe_with_a_nan_output_is_no_choice():
+    pytest.importorskip("transformers")
+    # Nemotron ASR's eager attention reads its additive mask as a keep-mask (every output NaN):
+    # the reference would be refused, so the builder goes on to the repair pass, which runs SDPA
+    case = registry.build("transformers", "nemotron_asr_streaming_encoder")
+    assert case.model.config._attn_implementation == "sdpa"
+    with torch.no_grad():
+        out = case.model.eval()(**case.inputs)
+    assert not registry._has_nan(out)
+    assert registry._has_nan({"a": [torch.ones(2), (torch.tensor([float("nan")]),)]})
+    assert not registry._has_nan((torch.ones(2), torch.zeros(2, dtype=torch.long)))
 
 
 def test_placeholder_tokens_derived_from_the_error_message():

@@ -27,6 +27,8 @@ import re
 
 import torch
 
+from .registry import scaled_sections
+
 # model_type of a configuration (or sub-configuration; its class name where it has none) ->
 # attributes set after the reduction (a callable value is called with the configuration)
 _OVERRIDES: dict[str, dict] = {
@@ -60,7 +62,204 @@ _OVERRIDES: dict[str, dict] = {
     # TimmBackbone wraps a timm model named by the configuration and has no default: the smallest
     # classic CNN timm ships (random weights, no download)
     "timm_backbone": {"backbone": "resnet18", "use_pretrained_backbone": False},
+    # EdgeTAM's default backbone names its RepViT in a misspelt key (``archirecture``), so the timm
+    # wrapper builds its own default, a ResNet-50, whose stages (256 ... 2048 channels) do not meet
+    # the neck's ``backbone_channel_list`` (RepViT-M1's 384, 192, 96, 48): the RepViT-M1 it means,
+    # one block per stage
+    "edgetam_vision_model": {"backbone_config": lambda c: _timm_architecture(
+        c.backbone_config, "repvit_m1", depth=(1, 1, 1, 1))},
+    # the PP-OCRv6 text detectors' necks fuse all four PP-LCNetV4 stages top-down (each upsampled 2x
+    # onto the previous one) and size their inputs by the stage widths; a default PP-LCNetV4 is the
+    # recognition variant (stages 1-2 at one resolution, [2, 1] strides that halve the height only,
+    # the last stage out): the detection variant of the released detectors (stride 2 on both sides
+    # at the start of stages 2-4, every stage out) and the neck's widths read off it. The medium
+    # detector's intra-class blocks (7/5/3-wide square, vertical and horizontal kernels), per-level
+    # upsampling and head kernels come with its checkpoint (``None`` by default): the released ones
+    "pp_ocrv6_small_det": {"backbone_config": lambda c: _lcnet_detection_backbone(c.backbone_config),
+                           "layer_list_out_channels": lambda c: list(c.backbone_config.stage_out_channels)},
+    "pp_ocrv6_medium_det": {"backbone_config": lambda c: _lcnet_detection_backbone(c.backbone_config),
+                            "intraclass_block_config": lambda c: c.intraclass_block_config or _INTRACLASS_BLOCK,
+                            "scale_factor_list": lambda c: c.scale_factor_list or [1, 2, 4, 8],
+                            "kernel_list": lambda c: c.kernel_list or [3, 2, 2]},
+    # LW-DETR's multi-scale projector has one level per ``projector_scale_factors`` entry, none by
+    # default (the checkpoints': one level at the ViT's own stride for the tiny to medium models);
+    # the fields its configuration derives from them in ``__post_init__``, at the reduced d_model
+    "lw_detr": {"projector_scale_factors": [1.0], "projector_in_channels": lambda c: [c.d_model],
+                "projector_out_channels": lambda c: c.d_model, "num_feature_levels": 1},
+    # its ViT attends in 4 x 4 windows of its patch grid: of the reduced 4 x 4 grid, 2 x 2 windows
+    # of 2 x 2 patches rather than 16 windows of one patch each
+    "lw_detr_vit": {"num_windows": 4, "num_windows_side": 2},
+    # OneFormer's pixel decoder (``conv_dim``, ``mask_dim``) is as wide as its transformer decoder
+    # (``hidden_dim``, all 256 by default), which otherwise projects each level with convolutions
+    # it keeps in a plain list, unregistered (never moved to the device): all at the reduced width
+    "oneformer": {"conv_dim": lambda c: c.hidden_dim, "mask_dim": lambda c: c.hidden_dim},
+    # UVDoc's head fuses every bridge stage (``bridge_connector[0] * len(stage_configs)`` channels,
+    # the 6 dilated branches concatenated) while the backbone's default ``out_features`` is the last
+    # stage alone: all of its stages out
+    "uvdoc_backbone": {"out_features": lambda c: list(c.stage_names[1:])},
+    # SAM 3's ViT attends in 24 x 24 windows of its 72 x 72 patch grid, every 8th layer globally
+    # (7, 15, 23, 31 of 32): of the reduced 4 x 4 grid and 2 layers, 2 x 2 windows of 2 patches and
+    # a global last layer, not one 24 x 24 window that is mostly padding and no global layer
+    "sam3_vit_model": {"window_size": lambda c: max(1, c.image_size // c.patch_size // 2),
+                       "global_attn_indexes": lambda c: [c.num_hidden_layers - 1]},
+    # Cohere Compass rotates per layer type (``rope_parameters[layer_type]``, ``None`` for a layer
+    # type without rotation) while a default configuration has none at all: the default rotation
+    # for every layer type, its multimodal sections ([24, 20, 20] of 128-wide heads) scaled to the
+    # reduced heads
+    "cohere_compass_text": {"rope_parameters": lambda c: {t: {
+        "rope_type": "default", "rope_theta": 10000.0, "mrope_section": scaled_sections([24, 20, 20], c.head_dim // 2)}
+        for t in dict.fromkeys(c.layer_types)}},
+    # the Qwen Omni thinkers' multimodal positions start at ``vision_start_token_id``, which the
+    # released checkpoints set in the thinker configuration and the default one lacks: the Qwen
+    # tokenizer's <|vision_start|> / <|vision_end|> (remapped into the reduced vocabulary)
+    "qwen2_5_omni_thinker": {"vision_start_token_id": 151652, "vision_end_token_id": 151653},
+    "qwen3_omni_moe_thinker": {"vision_start_token_id": 151652, "vision_end_token_id": 151653},
+    # (Qwen2.5-Omni's text rotation falls back to the multimodal sections [16, 24, 24] of 128-wide
+    # heads: scaled to the reduced heads)
+    "qwen2_5_omni_text": {"rope_parameters": lambda c: {**(c.rope_parameters or {}), "mrope_section": scaled_sections(
+        [16, 24, 24], c.hidden_size // c.num_attention_heads // 2)}},
+    # MiniCPM-V's vision tower merges 2 x 2 windows of patches after layer ``insert_layer_id`` (6
+    # of 27): after the first of the reduced layers (at 6 no merge would run)
+    "minicpm_ocr_vision": {"insert_layer_id": 0},
+    "minicpmv4_7_vision": {"insert_layer_id": 0},
+    # PerceptionLM's vision tower is a timm Perception Encoder ViT (the released checkpoints':
+    # ``vit_pe_core_large_patch14_336``) whose ``model_args["embed_dim"]`` the projector reads; a
+    # default configuration wraps timm's ResNet-50 without any (reduced as any wrapped ViT below)
+    "perception_lm": {"vision_config": lambda c: _with(c.vision_config, architecture="vit_pe_core_large_patch14_336")},
+    # Step 3.7's text model builds its sliding-window mask whatever the layer types, from a
+    # ``sliding_window`` a default configuration leaves unset (8: shorter than the 16-token
+    # inputs); its first 3 layers are dense, then experts (as DeepSeek-OCR 2 above: one of each),
+    # and its shared expert is as wide as the routed ones (1280 both by default)
+    "step3p5": {"sliding_window": 8, "mlp_layer_types": ["dense", "sparse"],
+                "share_expert_dim": lambda c: c.moe_intermediate_size},
+    # BLT: the global transformer reads the local encoder's patch states, ``cross_attn_k`` x its
+    # width, through a projection the configuration decides on from the unreduced widths (none
+    # where they are equal, 2 x 1024 = 2048 by default) and the local models take the global width
+    # as ``hidden_size_global``: both from the reduced widths, with the configuration's formula; the
+    # hash n-gram embeddings (6 x 500,002 rows, 192M parameters at width 64) as the text vocabulary
+    "blt": {"encoder_hash_byte_group_vocab": 512,
+            "global_config": lambda c: _with(c.global_config, encoder_cross_output_size=(
+                c.encoder_config.hidden_size * c.cross_attn_k
+                if c.encoder_config.hidden_size * c.cross_attn_k != c.global_config.hidden_size else None)),
+            "encoder_config": lambda c: _with(c.encoder_config, hidden_size_global=c.global_config.hidden_size),
+            "decoder_config": lambda c: _with(c.decoder_config, hidden_size_global=c.global_config.hidden_size)},
+    # Dots 3 Note: the rotated part of each layer type's heads (``partial_rotary_factor``), which
+    # the configuration derives from the unreduced widths (64 of 256), from the reduced ones; its
+    # sparse-attention indexer (64 heads of 128, top 2048 keys) at the reduced head width, top 8 of
+    # the 16 tokens, and a window of 8 (512); the shared expert as wide as the routed ones (1536 both by default)
+    "dots3_note_text": {
+        "rope_parameters": lambda c: {t: {**p, "partial_rotary_factor": c.per_layer_config[t].qk_rope_head_dim
+                                          / c.per_layer_config[t].head_dim} for t, p in c.rope_parameters.items()},
+        "index_n_heads": 4, "index_head_dim": 16, "index_topk": 8, "sliding_window": 8,
+        "shared_experts_intermediate_size": lambda c: c.moe_intermediate_size},
+    # PaliGemma (PI0's VLM) projects image features to ``projection_dim`` (which its configuration
+    # copies to the vision configuration, where the projector reads it) straight into the text
+    # embeddings (2048 both by default): the reduced text width
+    "paligemma": {"projection_dim": lambda c: c.text_config.hidden_size,
+                  "vision_config": lambda c: _with(c.vision_config, projection_dim=c.text_config.hidden_size)},
+    # Chameleon and Emu3 turn images into VQ-GAN codes and the codes into text tokens through the
+    # tokenizer's vocabulary (``vocabulary_map``: token name -> id), which a default configuration
+    # lacks: a vocabulary of the image placeholder, Emu3's end-of-row token and one token per code
+    # of a codebook of half the reduced text vocabulary (8192 / 32768 codes by default); the VQ-GAN
+    # 32 channels wide at its first level (GroupNorm's 32 groups) instead of 128 / 256
+    "chameleon": {"vocabulary_map": lambda c: _vq_vocabulary(c, ["<image>"], lambda i: "IMGIMG" + "".join(
+        chr(ord("A") + int(d)) for d in str(i)) + "Z")},
+    "chameleon_vqgan": {"num_embeddings": lambda c: _VQ_CODES, "base_channels": 32},
+    "emu3": {"vocabulary_map": lambda c: _vq_vocabulary(c, ["<image>", "<|extra_200|>"],
+                                                        lambda i: f"<|visual token {i:06d}|>")},
+    # (Emu3's VQ attention runs at the level ``attn_resolutions`` names: its width is that level's)
+    "emu3_vqgan": {"codebook_size": lambda c: _VQ_CODES, "base_channels": 32,
+                   "hidden_size": lambda c: 32 * c.channel_multiplier[c.attn_resolutions[0]]},
+    # ERNIE 4.5 VL rotates heights and widths interleaved (``stack([h, w])``: equal sections) and
+    # time after them, [22, 22, 20] of 64 frequencies by default: the same split of the reduced heads'
+    "ernie4_5_vl_moe_text": {"rope_parameters": lambda c: {**(c.rope_parameters or {}), "mrope_section": _hw_t_sections(
+        (_get(c, "head_dim") or c.hidden_size // c.num_attention_heads) // 2)}},
+    # Nemotron ASR's (streaming Fast Conformer) attention masks its relative-position scores with
+    # ``attention_mask.logical_not()``, written for a boolean keep-mask (SDPA's); the eager
+    # implementation the reduction picks gets an additive float mask, whose zeros (visible) become
+    # "masked": every score -inf, every output NaN. SDPA, the implementation it is written for
+    # (also the encoder of Nemotron 3.5 ASR)
+    "nemotron_asr_streaming_encoder": {"_attn_implementation": "sdpa"},
+    # CLVP's encoders rotate the first max(projection_dim / (2 * heads), 32) channels of each head:
+    # 32 of the checkpoints' 64-wide heads. At the reduced width 4 heads are 16 wide, narrower than
+    # the rotation; one 64-wide head keeps the half-rotated head of the original
+    "clvp_encoder": {"num_attention_heads": 1},
+    # Dia's decoder cross-attends with heads of its own (16 x 128 = the checkpoints' 2048-wide
+    # decoder), which the reduction leaves: the reduced heads, as wide as the reduced decoder
+    "dia_decoder": {"cross_num_attention_heads": 4, "cross_num_key_value_heads": 4, "cross_head_dim": 16},
+    # Kyutai STT embeds text and the codebooks' tokens in one table, ``vocab_size`` text tokens then
+    # ``num_codebooks`` x ``codebook_vocab_size`` audio tokens, and pads audio with the row after the
+    # last (69569 = 4001 + 32 x 2049 by default): that row of the reduced table; its audio BOS is
+    # a codebook token (2048), the last of a codebook (not a text id: no remapping)
+    "kyutai_speech_to_text": {
+        "audio_pad_token_id": lambda c: c.vocab_size + c.num_codebooks * c.codebook_vocab_size,
+        "audio_bos_token_id": lambda c: c.codebook_vocab_size - 1},
+    # Muse Spark's audio tower is a pyramid of one stage per entry of ``patch_sizes`` (16, 6, 5, 4:
+    # 1920 samples per token, which the model checks its input against) and ``num_hidden_layers``
+    # must count them, as ``hidden_sizes`` and ``depths`` do. All four stages, widths doubling to
+    # the reduced 64 (256 ... 2048 by default), projected to the reduced text width
+    "muse_spark_audio": {
+        "num_hidden_layers": lambda c: len(c.patch_sizes),
+        "hidden_sizes": lambda c: [64 >> (len(c.patch_sizes) - 1 - i) for i in range(len(c.patch_sizes))],
+        "out_hidden_size": 64},
 }
+
+
+def _with(cfg, **fields):
+    """``cfg`` with ``fields`` set."""
+    for key, val in fields.items():
+        _set(cfg, key, val)
+    return cfg
+
+
+def _hw_t_sections(total: int) -> list[int]:
+    """Rotary sections (height, width, time) of ``total`` frequencies split as ERNIE 4.5 VL's
+    [22, 22, 20] of 64: equal height and width sections."""
+    hw = (total - total * 20 // 64) // 2
+    return [hw, hw, total - 2 * hw]
+
+
+_VQ_CODES = 256  # codebook of the reduced VQ image tokenizers (Chameleon, Emu3)
+
+
+def _vq_vocabulary(cfg, specials: list[str], code_name) -> dict[str, int]:
+    """A tokenizer vocabulary of the VQ image tokens (``code_name(i)`` for each of the ``_VQ_CODES``
+    codes) and the ``specials``, from the top of the reduced text vocabulary down; sets the image
+    placeholder id the configuration derives from the vocabulary."""
+    vocab = (_get(cfg, "text_config") or cfg).vocab_size
+    top = {name: vocab - 1 - i for i, name in enumerate(specials)}
+    codes = {code_name(i): vocab - len(specials) - _VQ_CODES + i for i in range(_VQ_CODES)}
+    _set(cfg, "image_token_id", top["<image>"])
+    return {**codes, **top}
+
+
+# PP-OCR's intra-class block: (kernel, stride, padding) of its convolutions, 1 x 1 around
+# 7/5/3-wide square, vertical (k x 1) and horizontal (1 x k) ones
+_INTRACLASS_BLOCK = {"reduce_channel": [1, 1, 0], "return_channel": [1, 1, 0], **{
+    f"{name}_{ratio}": [list(shape(k)), [1, 1], [d // 2 for d in shape(k)]]
+    for name, shape in (("vertical_long_to_small_conv", lambda k: (k, 1)),
+                        ("horizontal_small_to_long_conv", lambda k: (1, k)),
+                        ("symmetric_conv_long", lambda k: (k, k)))
+    for ratio, k in (("longratio", 7), ("midratio", 5), ("shortratio", 3))}}
+
+
+def _lcnet_detection_backbone(cfg):
+    """A PP-LCNetV4 configuration as a detection backbone: the first block of every stage after the
+    first downsamples by 2 on both sides, every stage is an output."""
+    blocks = [[list(b) for b in stage] for stage in cfg.block_configs]
+    for i, stage in enumerate(blocks):
+        for j, block in enumerate(stage):
+            block[3] = 2 if i > 0 and j == 0 else 1
+    _set(cfg, "block_configs", blocks)
+    _set(cfg, "out_features", list(cfg.stage_names[1:]))
+    return cfg
+
+
+def _timm_architecture(cfg, arch: str, **model_args):
+    """``cfg`` (a timm wrapper configuration) building ``arch``, with further ``model_args``."""
+    _set(cfg, "architecture", arch)
+    _set(cfg, "model_args", {**(_get(cfg, "model_args") or {}), **model_args})
+    return cfg
 
 
 def _get(cfg, key):
@@ -91,17 +290,31 @@ def _subconfigs(cfg, depth: int = 0):
 def repair_config(cfg) -> None:
     """Overrides and generic repairs of the repair pass, on ``cfg`` and its sub-configurations."""
     for c in _subconfigs(cfg):
+        _reduce_layer_overrides(c)
         _repair_one(c)
         for key, val in (_OVERRIDES.get(_get(c, "model_type") or "") or _OVERRIDES.get(type(c).__name__, {})).items():
             _set(c, key, val(c) if callable(val) else val)
         for key, fn in _DERIVED.get(_get(c, "model_type") or "", {}).items():
             _set(c, key, fn(c))
-    # a decoder's cross-attention reads the encoder's output width (T5Gemma)
-    enc = _get(cfg, "encoder")
+    # a decoder's cross-attention reads the encoder's output width (T5Gemma, Dia)
+    enc = _get(cfg, "encoder") or _get(cfg, "encoder_config")
     if _int(_get(enc, "hidden_size")):
         for c in _subconfigs(cfg):
-            if _int(_get(c, "cross_attention_hidden_size")):
-                _set(c, "cross_attention_hidden_size", enc.hidden_size)
+            for key in ("cross_attention_hidden_size", "cross_hidden_size"):
+                if _int(_get(c, key)):
+                    _set(c, key, enc.hidden_size)
+    # a head that projects from its audio encoder's output declares that width itself (Nemotron 3
+    # diarization's ``head_config.audio_hidden_size``, 512 by default): the reduced encoder's
+    for c in _subconfigs(cfg):
+        audio, head = _get(c, "audio_config"), _get(c, "head_config")
+        if _int(_get(head, "audio_hidden_size")) and _int(_get(audio, "hidden_size")):
+            _set(head, "audio_hidden_size", audio.hidden_size)
+    # CLVP's speech encoder embeds the speech tokens its decoder predicts (argmax over the decoder's
+    # vocabulary): both read one speech vocabulary (8194 in the checkpoints; a default configuration
+    # gives the encoder the 256-token text vocabulary, which the decoder's ids overrun)
+    speech, dec = _get(cfg, "speech_config"), _get(cfg, "decoder_config")
+    if _int(_get(speech, "vocab_size")) and _int(_get(dec, "vocab_size")) and _get(cfg, "model_type") == "clvp":
+        _set(speech, "vocab_size", dec.vocab_size)
     # DepthPro: patches of ``patch_size`` pixels (the patch encoder's input size, 384 by default)
     # cut from images scaled by ``scaled_images_ratios``; features hooked from its layers
     pm = _get(cfg, "patch_model_config")
@@ -110,7 +323,62 @@ def repair_config(cfg) -> None:
         hooks, n = _get(cfg, "intermediate_hook_ids"), _get(pm, "num_hidden_layers")
         if isinstance(hooks, (list, tuple)) and _int(n) and any(h >= n for h in hooks):
             _set(cfg, "intermediate_hook_ids", type(hooks)(max(0, n - 1 - i) for i in range(len(hooks))))
+    _sam_feature_geometry(cfg)
     _remap_placeholder_ids(cfg)
+
+
+def _sam_feature_geometry(cfg) -> None:
+    """SAM 2-style models (SAM 2, EdgeTAM, SAM 3 tracker) reshape their vision encoder's feature
+    maps to ``backbone_feature_sizes`` (given for 1024-pixel images) and embed prompts on a grid of
+    ``image_size // patch_size`` cells (the prompt encoder's), which must be the lowest-resolution
+    map the mask decoder reads: both measured on the vision encoder the configuration builds, at
+    the prompt encoder's image size (the side of the image recipe, 32)."""
+    vc, pe = _get(cfg, "vision_config"), _get(cfg, "prompt_encoder_config")
+    # the feature pyramid reads the (rescaled) Hiera stages from the deepest: ``backbone_channel_list``
+    bb = _get(vc, "backbone_config")
+    if isinstance(_get(vc, "backbone_channel_list"), list) and isinstance(_get(bb, "embed_dim_per_stage"), list):
+        _set(vc, "backbone_channel_list", bb.embed_dim_per_stage[::-1])
+    sizes, side = _get(vc, "backbone_feature_sizes"), _get(pe, "image_size")
+    if not isinstance(sizes, (list, tuple)) or not sizes or not _int(side) or not _int(_get(pe, "patch_size")):
+        return
+    from transformers import AutoModel
+
+    from .registry import _find
+
+    with torch.random.fork_rng(), torch.no_grad():
+        enc = AutoModel.from_config(vc).eval()
+        maps = enc(torch.zeros(1, int(_find(vc, "num_channels") or 3), side, side)).fpn_hidden_states
+    got = [list(m.shape[-2:]) for m in maps[:len(sizes)]]
+    if len(got) == len(sizes) and got[-1][0] == got[-1][1] and side % got[-1][0] == 0:
+        _set(vc, "backbone_feature_sizes", got)
+        _set(pe, "patch_size", side // got[-1][0])
+
+
+# heterogeneous configurations whose per-layer overrides are reduced with them (the others, Gemma 4's
+# per-layer head widths, NeoMME's windows ..., build as they are)
+_REDUCED_PER_LAYER = ("dots3_note_text",)
+
+
+def _reduce_layer_overrides(cfg) -> None:
+    """The per-layer overrides of a heterogeneous configuration reduced as the reduction reduced the
+    configuration (multi-head layers stay multi-head), for the layers left; their attributes
+    unreadable on the configuration again (see :func:`prepare_config`)."""
+    from .registry import _REDUCE
+
+    spec, n = _get(cfg, "_heterogeneity_spec"), _get(cfg, "num_hidden_layers")
+    if spec is None or not _int(n) or _get(cfg, "model_type") not in _REDUCED_PER_LAYER:
+        return
+    new = {}
+    for i, o in spec.per_layer_overrides.items():
+        if i >= n:
+            continue
+        r = {k: min(v, _REDUCE[k]) if k in _REDUCE and _int(v) else v for k, v in o.items()}
+        if o.get("num_key_value_heads") is not None and o.get("num_key_value_heads") == o.get("num_attention_heads"):
+            r["num_key_value_heads"] = r["num_attention_heads"]
+        new[i] = r
+    cfg.per_layer_config = None
+    cfg.per_layer_config = new
+    cfg.allow_global_per_layer_attribute_access = False
 
 
 def _remap_placeholder_ids(cfg) -> None:
@@ -125,7 +393,8 @@ def _remap_placeholder_ids(cfg) -> None:
     for c in _subconfigs(cfg):
         for key in list(vars(c)):
             v = _get(c, key)
-            if key.endswith(("_token_id", "_token_index")) and _int(v) and v >= vocab:
+            if key.endswith(("_token_id", "_token_index")) and _int(v) and v >= vocab \
+                    and key not in _OVERRIDES.get(_get(c, "model_type") or "", {}):  # set on purpose
                 if v not in new:
                     new[v] = vocab - 1 - len(new)
                 _set(c, key, new[v])
@@ -134,6 +403,9 @@ def _remap_placeholder_ids(cfg) -> None:
 # model_type -> fields its configuration derives from others in ``__post_init__`` (so from the
 # unreduced widths): recomputed from the reduced ones, with the configuration's own formulas
 _DERIVED: dict[str, dict] = {
+    # X-Codec quantizes the acoustic and semantic features concatenated: the codebook is as wide as
+    # both reduced widths (``hidden_size``, a property), not the 1024 derived from the defaults
+    "xcodec": {"codebook_dim": lambda c: c.hidden_size},
     "zamba2": {
         "attention_hidden_size": lambda c: 2 * c.hidden_size,
         "attention_head_dim": lambda c: 2 * c.hidden_size // c.num_attention_heads,
@@ -155,6 +427,34 @@ def _repair_one(cfg) -> None:
         m = re.search(r"patch(\d+)", arch)
         _set(cfg, "model_args", {"img_size": 4 * int(m.group(1)) if m else 64, "depth": 2, "embed_dim": 64,
                                  "num_heads": 4})
+    # Hiera (SAM 2's image encoder): the patch embedding is ``hidden_size`` wide and so is the first
+    # stage (``embed_dim_per_stage[0]``), each later stage doubling it; the reduction cut the former
+    # only. The stages scaled alike (64 ... 512 for 96 ... 768), at most 2 blocks each, the global
+    # attention blocks moved into the cut stages (SAM 2.1-tiny's 5, 7, 9 are in stage 2's 7 blocks)
+    widths, blocks, hidden = _get(cfg, "embed_dim_per_stage"), _get(cfg, "blocks_per_stage"), _get(cfg, "hidden_size")
+    if isinstance(widths, list) and isinstance(blocks, list) and _int(hidden) and widths and widths[0] != hidden:
+        _set(cfg, "embed_dim_per_stage", [w * hidden // widths[0] for w in widths])
+        cut = [min(b, 2) for b in blocks]
+        starts = [sum(blocks[:i]) for i in range(len(blocks))]
+        glob = set()
+        for g in _get(cfg, "global_attention_blocks") or []:
+            stage = max(i for i, s in enumerate(starts) if s <= g)
+            glob.add(sum(cut[:stage]) + min(g - starts[stage], cut[stage] - 1))
+        _set(cfg, "blocks_per_stage", cut)
+        _set(cfg, "global_attention_blocks", sorted(glob))
+    # a ViT backbone cut to fewer layers than its stages (LW-DETR, RF-DETR: the outputs of layers
+    # 2, 4, 5, 9 of 10 and 2, 5, 8, 11 of 12, concatenated by the projector): the output layers
+    # spread over the reduced depth in proportion, and the windowed-attention layers among those
+    # before the last, which stays global (as the released models' output layers are)
+    out, n, names = _get(cfg, "out_indices"), _get(cfg, "num_hidden_layers"), _get(cfg, "stage_names")
+    if isinstance(out, (list, tuple)) and out and isinstance(names, (list, tuple)) and _int(n) \
+            and len(out) > 1 and len(names) - 1 > n and max(out) > n and _get(cfg, "depths") is None:
+        old = len(names) - 1
+        _set(cfg, "stage_names", list(names[:n + 1]))
+        _set(cfg, "out_indices", sorted({max(1, min(n, round(i * n / old))) for i in out}))
+        for key in ("window_block_indices", "window_block_indexes"):
+            if isinstance(_get(cfg, key), (list, tuple)):
+                _set(cfg, key, [i for i in _get(cfg, key) if i < n - 1])
     depths = _get(cfg, "depths")
     # hierarchical (Swin-style) encoders inside a larger model (CLAP's HTS-AT audio tower): the
     # patch embedding width doubles per stage and the last stage's width is the output width
@@ -242,6 +542,10 @@ def extra_candidates(model, sig, cfg, batch: int, text: dict, other: dict) -> li
         if isinstance(pos, int):
             extra.append({"bbox": _boxes(batch, seq, dim, min(pos, 1000), True)})
         extra.append({"bbox": _boxes(batch, seq, dim, 1.0, False)})
+    task_len, task_vocab = _find(cfg, "task_seq_len"), _find(cfg, "text_encoder_vocab_size")
+    if "task_inputs" in sig and _int(task_len) and _int(task_vocab):
+        # OneFormer: the tokenized task prompt ("the task is semantic"), ``task_seq_len`` ids
+        extra.append({"task_inputs": torch.randint(3, min(task_vocab, 100), (batch, task_len))})
     if "lang_ids" in sig:  # X-MOD: the language adapter of each sequence
         extra.append({"lang_ids": torch.zeros(batch, dtype=torch.long)})
     feat, pos = _find(cfg, "visual_feat_dim"), _find(cfg, "visual_pos_dim")
@@ -250,6 +554,18 @@ def extra_candidates(model, sig, cfg, batch: int, text: dict, other: dict) -> li
     mel, frames = _get(cfg, "num_mel_bins"), _get(cfg, "max_length")
     if "input_values" in sig and _int(mel) and _int(frames) and _int(_get(cfg, "time_stride")):
         extra.append({"input_values": torch.randn(batch, frames, mel)})  # AST: (batch, frames, mel bins)
+    per_tok, mel = _get(cfg, "audio_length_per_tok"), _find(cfg, "num_mel_bins")
+    if "input_features" in sig and "input_ids" in text and _int(per_tok) and _int(mel):
+        # Voxtral Realtime adds one audio embedding to each text token's (streaming: the audio is
+        # as long as the text), ``audio_length_per_tok`` spectrogram frames each
+        extra.append({"input_features": torch.randn(batch, mel, seq * per_tok)})
+    if _get(cfg, "model_type") == "voxtral_realtime_text" and "input_ids" in text and _int(_get(cfg, "hidden_size")):
+        # its decoder layers scale the MLP input by the delay conditioning ``t_cond`` (a keyword
+        # argument; no default), which the full model computes as the sinusoidal embedding of its
+        # default 6 delay tokens, ``(1, 1, hidden)``: the same
+        half = cfg.hidden_size // 2
+        freqs = 6.0 * torch.exp(-math.log(10000.0) * torch.arange(half).float() / half)
+        extra.append({"t_cond": torch.cat([freqs.cos(), freqs.sin()])[None, None]})
     nq = _find(cfg, "latent_query_num")
     if "image_embeds_position_mask" in sig and _int(nq) and "input_ids" in text:
         # Kosmos-2: the image's latent queries replace ``latent_query_num`` placeholder tokens after
@@ -259,11 +575,24 @@ def extra_candidates(model, sig, cfg, batch: int, text: dict, other: dict) -> li
         mask[:, 1:1 + nq] = 1
         text = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "image_embeds_position_mask": mask}
     texts = [text]
+    vocab = _find(cfg, "vocab_size")
+    if "input_ids" in text and _get(_get(cfg, "text_config") or cfg, "vocab_size") is None and _int(vocab) \
+            and 3 < vocab <= int(text["input_ids"].max()):
+        # the vocabulary is a sub-configuration's (FastSpeech 2 with HiFi-GAN: ``model_config``, 78
+        # phonemes), the recipes' ids were drawn below 100: the same ids folded into it
+        ids = 3 + (text["input_ids"] - 3) % (vocab - 3)
+        texts.append({**text, "input_ids": ids})
     ncb = _find(cfg, "num_codebooks")
     if "input_ids" in text and _int(ncb) and ncb > 1:
         # audio-token decoders (MusicGen): one sequence per codebook, ``(batch * codebooks, seq)``
         ids = text["input_ids"].repeat_interleave(ncb, dim=0)
         texts.append({**text, "input_ids": ids, "attention_mask": torch.ones(batch, ids.shape[1], dtype=torch.long)})
+    cvs = _find(cfg, "codebook_vocab_size")
+    if "input_ids" in text and _int(ncb) and _int(cvs):
+        # Kyutai STT: per step one text token and one token of each codebook, ``(batch, seq, 1 +
+        # codebooks)``, the audio tokens counted within their codebook
+        audio = torch.randint(0, cvs, (batch, seq, ncb), generator=torch.Generator().manual_seed(0))
+        texts.append({**text, "input_ids": torch.cat([text["input_ids"].unsqueeze(-1), audio], dim=-1)})
     dch = _find(_get(cfg, "decoder_config") or cfg, "num_channels", "num_codebooks")
     if "decoder_input_ids" in text and _int(dch) and dch > 1:
         # Dia: the decoder reads ``num_channels`` codebooks per step, ``(batch, seq, channels)``
@@ -329,6 +658,31 @@ def extra_candidates(model, sig, cfg, batch: int, text: dict, other: dict) -> li
                          if m in sig}
                 mods += [{"input_features": feats, **masks}, {"input_features": feats}]
     cands: list[dict] = []
+    if "target_sizes" in sig and "pixel_values" in sig:
+        # MiniCPM-V vision towers: the images' patches side by side in one row of patches,
+        # ``(1, channels, patch, patches x patch)``, and each image's patch grid
+        side = 32 // p
+        cands.append({"pixel_values": torch.randn(1, c, p, batch * side * side * p),
+                      "target_sizes": torch.tensor([[side, side]] * batch, dtype=torch.int32)})
+    vlm, dit = _get(cfg, "vlm_config"), _get(cfg, "dit_config")
+    if "action_embeds" in sig and "pixel_attention_mask" in sig and vlm is not None and dit is not None:
+        # PI0: the VLM's prefix -- 2 camera images, a placeholder per image token, then the text --
+        # and the action expert's state token + a chunk of noisy actions, already embedded
+        vv = vlm.vision_config
+        per_image, cams, chunk = (vv.image_size // vv.patch_size) ** 2, 2, int(_get(cfg, "chunk_size") or 8)
+        ids = torch.cat([torch.full((batch, cams * per_image), vlm.image_token_id), text["input_ids"]], dim=1)
+        cands.append({"action_embeds": torch.randn(batch, 1 + chunk, dit.hidden_size), "input_ids": ids,
+                      "pixel_values": torch.randn(batch, cams, vv.num_channels, vv.image_size, vv.image_size),
+                      "attention_mask": torch.ones_like(ids),
+                      "pixel_attention_mask": torch.ones(batch, cams, dtype=torch.bool)})
+    vq, tok = _get(cfg, "vq_config"), _get(cfg, "image_token_id")
+    if "image_sizes" in sig and "pixel_values" in sig and vq is not None and _int(tok) and "input_ids" in text:
+        # Emu3: an image is the VQ-GAN's grid of codes (2^(levels - 1) pixels a side each) read row
+        # by row with an end-of-row token, ``rows x (columns + 1)`` placeholders in the text
+        side, n = 32, 32 // 2 ** (len(vq.channel_multiplier) - 1)
+        ids = torch.cat([torch.full((batch, n * (n + 1)), tok), text["input_ids"]], dim=1)
+        cands.append({"input_ids": ids, "attention_mask": torch.ones_like(ids),
+                      "pixel_values": torch.randn(batch, ch, side, side), "image_sizes": torch.tensor([[side, side]] * batch)})
     for m in mods or [{}]:
         for e in extra or [{}]:
             c = {**m, **e}
@@ -359,6 +713,12 @@ def prepare_config(cfg):
     if isinstance(names, (list, tuple)) and names and not _get(cfg, "architectures"):
         _set(cfg, "architectures", [names[0]])
     for c in _subconfigs(cfg):
+        if _get(c, "is_heterogeneous") and _get(c, "model_type") in _REDUCED_PER_LAYER:
+            # per-layer overrides (Dots 3 Note's sliding layers: 64 heads of latent rank 1024, the
+            # others 128 of 512) make their attributes unreadable on the configuration, and so
+            # unreduced: readable for the reduction; :func:`_reduce_layer_overrides` then reduces
+            # the overrides alike
+            c.allow_global_per_layer_attribute_access = True
         _representative_layer_types(c)
         # mixtures of experts whose expert counts come with the checkpoint: 4 experts, 2 per
         # token, one shared expert, the reduced expert width
@@ -403,8 +763,14 @@ def _representative_layer_types(cfg) -> None:
     keep = sorted(lt.index(k) for k in kinds)
     keep += [i for i in range(len(lt)) if i not in keep][:max(0, n - len(keep))]
     keep.sort()
+    spec = _get(cfg, "_heterogeneity_spec") if _get(cfg, "model_type") in _REDUCED_PER_LAYER else None
+    if spec is not None:  # per-layer overrides follow their layers
+        overrides = {j: dict(spec.per_layer_overrides[i]) for j, i in enumerate(keep) if i in spec.per_layer_overrides}
+        cfg.per_layer_config = None
     _set(cfg, "num_hidden_layers", len(keep))
     _set(cfg, "layer_types", [lt[i] for i in keep])
+    if spec is not None:
+        cfg.per_layer_config = overrides
     # other per-layer lists of the same length follow the same layers
     for key in list(vars(cfg)):
         v = _get(cfg, key)
@@ -420,16 +786,36 @@ _MISSING_DEFAULTS = {"dropout": 0.0, "dropout_rate": 0.0, "attention_dropout": 0
 def model_from_config(cfg):
     """``AutoModel.from_config(cfg)``; for a composite configuration whose ``AutoModel`` class is
     built from one of its parts (MusicGen: ``MusicgenModel`` is the decoder alone and reads the
-    ``MusicgenDecoderConfig``), that class from that part."""
+    ``MusicgenDecoderConfig``), that class from that part; a class the mapping names but its
+    package does not export (Voxtral Realtime's text model), from its modeling module."""
     from transformers import AutoModel
 
-    cls = AutoModel._model_mapping[type(cfg)]
+    try:
+        cls = AutoModel._model_mapping[type(cfg)]
+    except ValueError as exc:
+        m = re.match(r"Could not find (\w+) neither in", str(exc))
+        if not m:
+            raise
+        import importlib
+
+        from transformers.models.auto.configuration_auto import model_type_to_module_name
+
+        name = model_type_to_module_name(cfg.model_type)
+        cls = getattr(importlib.import_module(f"transformers.models.{name}.modeling_{name}"), m.group(1), None)
+        if cls is None:
+            raise
+        return cls._from_config(cfg)
     cls = cls[0] if isinstance(cls, (list, tuple)) else cls
     want = getattr(cls, "config_class", None)
     if isinstance(want, type) and not isinstance(cfg, want):
         part = next((c for c in _subconfigs(cfg) if isinstance(c, want)), None)
         if part is not None:
             return cls._from_config(part)
+    if type(cfg) not in AutoModel._model_mapping and isinstance(cfg, want):
+        # the class ``AutoModel`` names for the model type, where its reverse lookup from the
+        # configuration class does not find it (Evolla: ``EvollaConfig`` is also registered under
+        # the alias model type "EvollaModel", which shadows "evolla")
+        return cls._from_config(cfg)
     for _ in range(4):
         try:
             return AutoModel.from_config(cfg)
