@@ -210,15 +210,17 @@ def test_vision_necks_meet_the_backbone_the_configuration_builds():
 
 def test_a_recipe_with_a_nan_output_is_no_choice():
     pytest.importorskip("transformers")
+    from torchneuron.sweep.runner import has_nan
+
     # Nemotron ASR's eager attention reads its additive mask as a keep-mask (every output NaN):
     # the reference would be refused, so the builder goes on to the repair pass, which runs SDPA
     case = registry.build("transformers", "nemotron_asr_streaming_encoder")
     assert case.model.config._attn_implementation == "sdpa"
     with torch.no_grad():
         out = case.model.eval()(**case.inputs)
-    assert not registry._has_nan(out)
-    assert registry._has_nan({"a": [torch.ones(2), (torch.tensor([float("nan")]),)]})
-    assert not registry._has_nan((torch.ones(2), torch.zeros(2, dtype=torch.long)))
+    assert not has_nan(out)
+    assert has_nan({"a": [torch.ones(2), (torch.tensor([float("nan")]),)]})
+    assert not has_nan((torch.ones(2), torch.zeros(2, dtype=torch.long)))
 
 
 def test_placeholder_tokens_derived_from_the_error_message():

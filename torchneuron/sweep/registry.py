@@ -960,15 +960,9 @@ def _grid_layouts(sig, vc, grid_key: str) -> list[dict]:
     return [{first: x, grid_key: g, **extra} for x, g in layouts]
 
 
-def _has_nan(out) -> bool:
-    """Whether a model output (tensors, model outputs, dicts, lists) holds a floating NaN: what the
-    check refuses as a CPU reference."""
-    from .runner import _flatten
-
-    return any(t.is_floating_point() and bool(torch.isnan(t).any()) for t in _flatten(out))
-
-
 def _pick_inputs(model, cfg, repair: bool = False) -> dict:
+    from .runner import has_nan
+
     first: Exception | None = None
     seen = []
     cands = _candidate_inputs(model, cfg, repair)
@@ -987,7 +981,7 @@ def _pick_inputs(model, cfg, repair: bool = False) -> dict:
             # a recipe whose output has NaN is no reference (the check refuses it, a skip): try the
             # next recipe and pass (Nemotron ASR's eager attention inverts its additive mask). Only
             # models that were skipped for it choose differently
-            if _has_nan(out):
+            if has_nan(out):
                 raise FloatingPointError("the CPU reference output has NaN values; nothing to compare")
             return cand
         except Exception as exc:  # noqa: BLE001 -- try the next recipe

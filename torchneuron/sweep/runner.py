@@ -33,6 +33,14 @@ def _flatten(out) -> list:
     return []
 
 
+def has_nan(out) -> bool:
+    """Whether a model output (tensors, model outputs, dicts, lists) holds a floating NaN, which is
+    never a meaningful CPU reference."""
+    import torch
+
+    return any(t.is_floating_point() and bool(torch.isnan(t).any()) for t in _flatten(out))
+
+
 def _loss(out, kind: str = "square"):
     if kind == "sum":  # torchvision detection in train mode: a dict of losses
         if not isinstance(out, dict) or not out:
@@ -238,7 +246,7 @@ def check(suite: str, name: str, mode: str, *, rtol: float = 1e-3, atol: float =
             torch.manual_seed(0)
             ref = [t.detach().float() for t in _flatten(compare(model, inputs)) if t.is_floating_point()]
             ref_full = model(**inputs) if case.compare is not None and case.full_eval else None
-        if any(bool(torch.isnan(t).any()) for t in ref):
+        if has_nan(ref):
             # NaN is never a meaningful reference (e.g. attention rows the recipe's mask leaves empty)
             raise FloatingPointError("the CPU reference output has NaN values; nothing to compare")
         stage = "to device"

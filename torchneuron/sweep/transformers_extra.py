@@ -184,6 +184,10 @@ _OVERRIDES: dict[str, dict] = {
     # 32 of the checkpoints' 64-wide heads. At the reduced width 4 heads are 16 wide, narrower than
     # the rotation; one 64-wide head keeps the half-rotated head of the original
     "clvp_encoder": {"num_attention_heads": 1},
+    # its speech encoder embeds the speech tokens its decoder predicts (argmax over the decoder's
+    # vocabulary): both read one speech vocabulary (8194 in the checkpoints; a default configuration
+    # gives the encoder the 256-token text vocabulary, which the decoder's ids overrun)
+    "clvp": {"speech_config": lambda c: _with(c.speech_config, vocab_size=c.decoder_config.vocab_size)},
     # Dia's decoder cross-attends with heads of its own (16 x 128 = the checkpoints' 2048-wide
     # decoder), which the reduction leaves: the reduced heads, as wide as the reduced decoder
     "dia_decoder": {"cross_num_attention_heads": 4, "cross_num_key_value_heads": 4, "cross_head_dim": 16},
@@ -309,12 +313,6 @@ def repair_config(cfg) -> None:
         audio, head = _get(c, "audio_config"), _get(c, "head_config")
         if _int(_get(head, "audio_hidden_size")) and _int(_get(audio, "hidden_size")):
             _set(head, "audio_hidden_size", audio.hidden_size)
-    # CLVP's speech encoder embeds the speech tokens its decoder predicts (argmax over the decoder's
-    # vocabulary): both read one speech vocabulary (8194 in the checkpoints; a default configuration
-    # gives the encoder the 256-token text vocabulary, which the decoder's ids overrun)
-    speech, dec = _get(cfg, "speech_config"), _get(cfg, "decoder_config")
-    if _int(_get(speech, "vocab_size")) and _int(_get(dec, "vocab_size")) and _get(cfg, "model_type") == "clvp":
-        _set(speech, "vocab_size", dec.vocab_size)
     # DepthPro: patches of ``patch_size`` pixels (the patch encoder's input size, 384 by default)
     # cut from images scaled by ``scaled_images_ratios``; features hooked from its layers
     pm = _get(cfg, "patch_model_config")
